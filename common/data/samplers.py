@@ -1,0 +1,239 @@
+"""Samplers: deterministic per-epoch shuffling, unpadded evaluation shards, aspect-ratio
+batching and a resumable batch sampler.
+
+The training order of an epoch depends only on ``(seed, epoch)``, never on a global RNG,
+so a job resumed in the middle of an epoch reproduces that epoch's order and skips the
+batches it has already trained on without loading them (``ResumableBatchSampler.skip``).
+Ideas from maskrcnn-benchmark (``data/samplers``) and detectron2 (``InferenceSampler``).
+"""
+import math
+from collections import defaultdict
+
+import torch
+from torch.utils.data.sampler import BatchSampler, Sampler
+
+
+def _check_rank(num_replicas, rank):
+    if num_replicas < 1 or not 0 <= rank < num_replicas:
+        raise ValueError("rank must be in [0, num_replicas), got rank={} num_replicas={}".format(rank, num_replicas))
+
+
+class DistributedSampler(Sampler):
+    """Indices of one rank's share of the dataset, reshuffled each epoch from ``seed + epoch``.
+
+    The permutation of ``range(size)`` is padded by repeating its first indices to a
+    multiple of ``num_replicas`` so that every rank sees ``ceil(size / num_replicas)``
+    samples (equal step counts keep DDP in lockstep); rank ``r`` takes positions
+    ``r, r + num_replicas, ...``. With ``num_replicas=1`` it is a seeded random sampler.
+
+    Args:
+        size (int): number of samples in the dataset.
+        num_replicas (int): world size.
+        rank (int): this process's rank.
+        shuffle (bool): permute with ``torch.randperm`` seeded by ``seed + epoch``; else in order.
+        seed (int): base seed, identical on every rank.
+    """
+
+    def __init__(self, size, num_replicas=1, rank=0, shuffle=True, seed=0):
+        _check_rank(num_replicas, rank)
+        self.size = int(size)
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.shuffle = shuffle
+        self.seed = int(seed)
+        self.epoch = 0
+        self.num_samples = int(math.ceil(self.size / num_replicas))
+
+    def set_epoch(self, epoch):
+        """Select the permutation of ``epoch`` (call before iterating each epoch)."""
+        self.epoch = int(epoch)
+
+    def global_order(self):
+        """The padded order over all ranks for the current epoch (list of int)."""
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.size, generator=g).tolist()
+        else:
+            order = list(range(self.size))
+        total = self.num_samples * self.num_replicas
+        while len(order) < total:  # loop: the pad can exceed size when size < num_replicas
+            order += order[:total - len(order)]
+        return order
+
+    def __iter__(self):
+        return iter(self.global_order()[self.rank::self.num_replicas])
+
+    def __len__(self):
+        return self.num_samples
+
+
+class InferenceSampler(Sampler):
+    """Contiguous, unpadded shard of ``range(size)`` for evaluation: each sample on exactly one rank.
+
+    Rank ``r`` gets ``range(r * size // n, (r + 1) * size // n)``, so shard lengths differ by at
+    most one and no sample is repeated (a padded sampler would count padded samples twice).
+    """
+
+    def __init__(self, size, num_replicas=1, rank=0):
+        _check_rank(num_replicas, rank)
+        self.begin = rank * size // num_replicas
+        self.end = (rank + 1) * size // num_replicas
+
+    def __iter__(self):
+        return iter(range(self.begin, self.end))
+
+    def __len__(self):
+        return self.end - self.begin
+
+
+def aspect_ratio_group_ids(widths, heights):
+    """Aspect-ratio bucket per image: 0 when ``width >= height`` (landscape or square), else 1.
+
+    Args:
+        widths, heights: sequences of image sizes in pixels, same length.
+    Returns:
+        list of int, one group id per image.
+    """
+    if len(widths) != len(heights):
+        raise ValueError("got {} widths but {} heights".format(len(widths), len(heights)))
+    return [0 if w >= h else 1 for w, h in zip(widths, heights)]
+
+
+class GroupedBatchSampler(BatchSampler):
+    """Batches whose samples all share a group id (aspect-ratio bucket), in sampler order.
+
+    Indices are read from ``sampler`` in its order and put in one buffer per group; a buffer
+    is emitted as a batch as soon as it holds ``batch_size`` indices. The partial buffers left
+    at the end are emitted last (by group id) unless ``drop_uneven``. Padding less images to the
+    same shape wastes less compute (maskrcnn-benchmark ``GroupedBatchSampler``, same idea).
+
+    Args:
+        sampler (Sampler): yields dataset indices.
+        group_ids (sequence of int): group of every dataset index.
+        batch_size (int): samples per batch.
+        drop_uneven (bool): drop the final batches smaller than ``batch_size``.
+    """
+
+    def __init__(self, sampler, group_ids, batch_size, drop_uneven=False):
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1, got {}".format(batch_size))
+        self.sampler = sampler
+        self.group_ids = [int(g) for g in group_ids]
+        self.batch_size = batch_size
+        self.drop_uneven = drop_uneven
+
+    def __iter__(self):
+        buffers = defaultdict(list)
+        for idx in self.sampler:
+            buf = buffers[self.group_ids[idx]]
+            buf.append(idx)
+            if len(buf) == self.batch_size:
+                yield list(buf)
+                buf.clear()
+        if not self.drop_uneven:
+            for group in sorted(buffers):
+                if buffers[group]:
+                    yield buffers[group]
+
+    def __len__(self):
+        counts = defaultdict(int)
+        for idx in self.sampler:
+            counts[self.group_ids[idx]] += 1
+        if self.drop_uneven:
+            return sum(c // self.batch_size for c in counts.values())
+        return sum(int(math.ceil(c / self.batch_size)) for c in counts.values())
+
+
+class ResumableBatchSampler(Sampler):
+    """Wraps a batch sampler: forwards ``set_epoch``, can skip the first batches of an epoch,
+    and can deal whole batches out to ranks.
+
+    ``skip(n)`` makes the next iteration start at batch ``n`` of the epoch (used once, then
+    reset): a mid-epoch resume skips the batches already trained on without loading them.
+    With ``num_replicas > 1`` the wrapped sampler is a global one; its batch list is padded by
+    repeating its first batches to a multiple of ``num_replicas`` and rank ``r`` takes batches
+    ``r, r + num_replicas, ...``, so every rank runs the same number of steps even when the
+    batches come from per-group buffers.
+
+    ``len()`` is the full epoch length on this rank, skipped batches included, so schedules
+    computed from ``len(loader)`` do not change on resume.
+    """
+
+    def __init__(self, batch_sampler, num_replicas=1, rank=0):
+        _check_rank(num_replicas, rank)
+        self.batch_sampler = batch_sampler
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self._skip = 0
+
+    def set_epoch(self, epoch):
+        """Forward the epoch to the innermost sampler that has ``set_epoch``."""
+        inner = getattr(self.batch_sampler, "sampler", None)
+        for obj in (self.batch_sampler, inner):
+            if hasattr(obj, "set_epoch"):
+                obj.set_epoch(epoch)
+                return
+
+    def skip(self, num_batches):
+        """Skip the first ``num_batches`` batches of the next iteration only (int >= 0)."""
+        if num_batches < 0:
+            raise ValueError("cannot skip a negative number of batches ({})".format(num_batches))
+        self._skip = int(num_batches)
+
+    def _batches(self):
+        if self.num_replicas == 1:
+            return iter(self.batch_sampler)
+        batches = list(self.batch_sampler)
+        total = len(self) * self.num_replicas
+        while len(batches) < total:
+            batches += batches[:total - len(batches)]
+        return iter(batches[self.rank::self.num_replicas])
+
+    def __iter__(self):
+        skip, self._skip = self._skip, 0
+        for i, batch in enumerate(self._batches()):
+            if i >= skip:
+                yield batch
+
+    def __len__(self):
+        return int(math.ceil(len(self.batch_sampler) / self.num_replicas))
+
+
+def make_batch_sampler(dataset, batch_size, is_train, world_size=1, rank=0, shuffle=None,
+                       aspect_grouping=False, seed=0, drop_last=False):
+    """Build the per-rank batch sampler of a loader.
+
+    Training (``is_train``): a ``ResumableBatchSampler`` over a seeded ``DistributedSampler``
+    (call ``set_epoch`` every epoch, ``skip`` to resume). With ``aspect_grouping``, batches are
+    formed from the global order by ``GroupedBatchSampler`` using ``dataset.group_ids`` (see
+    ``aspect_ratio_group_ids``) and dealt out to ranks whole. Evaluation: plain batches over an
+    ``InferenceSampler`` shard (no duplicates; ranks may get one batch more or less).
+
+    Args:
+        dataset: map-style dataset (``len`` and, for aspect grouping, ``group_ids``).
+        batch_size (int): samples per batch on one rank (``TRAIN.BATCH_IMAGES``).
+        is_train (bool): training or evaluation sampler.
+        world_size, rank (int): data-parallel layout.
+        shuffle (bool or None): shuffle the training order; ``None`` means ``is_train``.
+        aspect_grouping (bool): group samples by aspect ratio (training only).
+        seed (int): base seed of the shuffle, identical on all ranks (``max(RNG_SEED, 0)``).
+        drop_last (bool): drop the last incomplete batch (or uneven group batches).
+    Returns:
+        a batch sampler to pass as ``DataLoader(batch_sampler=...)``.
+    Raises:
+        ValueError: aspect grouping on a dataset without ``group_ids`` of the right length.
+    """
+    size = len(dataset)
+    if not is_train:
+        return BatchSampler(InferenceSampler(size, world_size, rank), batch_size, drop_last)
+    shuffle = is_train if shuffle is None else shuffle
+    if aspect_grouping:
+        group_ids = getattr(dataset, "group_ids", None)
+        if group_ids is None or len(group_ids) != size:
+            raise ValueError("aspect grouping needs {}.group_ids with one id per sample ({} samples)".format(
+                type(dataset).__name__, size))
+        order = DistributedSampler(size, 1, 0, shuffle=shuffle, seed=seed)
+        return ResumableBatchSampler(GroupedBatchSampler(order, group_ids, batch_size, drop_last), world_size, rank)
+    sampler = DistributedSampler(size, world_size, rank, shuffle=shuffle, seed=seed)
+    return ResumableBatchSampler(BatchSampler(sampler, batch_size, drop_last))

@@ -1,0 +1,151 @@
+import torch
+import pytest
+from torch.utils.data import DataLoader
+
+from common.data.samplers import (DistributedSampler, GroupedBatchSampler, InferenceSampler,
+                                  ResumableBatchSampler, aspect_ratio_group_ids, make_batch_sampler)
+
+
+class _Data:
+    def __init__(self, n, group_ids=None):
+        self.n = n
+        if group_ids is not None:
+            self.group_ids = group_ids
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return i
+
+
+def test_distributed_sampler_same_as_seeded_randperm():
+    s = DistributedSampler(10, 1, 0, shuffle=True, seed=7)
+    s.set_epoch(3)
+    g = torch.Generator()
+    g.manual_seed(10)
+    assert list(s) == torch.randperm(10, generator=g).tolist()
+
+
+def test_distributed_sampler_shards_cover_dataset_and_pad():
+    shards = []
+    for r in range(3):
+        s = DistributedSampler(10, 3, r, shuffle=True, seed=1)
+        s.set_epoch(2)
+        shards.append(list(s))
+    assert [len(x) for x in shards] == [4, 4, 4]
+    flat = sum(shards, [])
+    assert sorted(set(flat)) == list(range(10))
+    # 12 slots for 10 samples: exactly 2 repeats, the first two of the global order
+    order = DistributedSampler(10, 3, 0, seed=1)
+    order.set_epoch(2)
+    glob = order.global_order()
+    assert glob[10:] == glob[:2]
+    assert sorted(flat) == sorted(glob)
+
+
+def test_distributed_sampler_epochs_differ_and_repeat():
+    s = DistributedSampler(50, 2, 1, seed=0)
+    s.set_epoch(0)
+    a = list(s)
+    s.set_epoch(1)
+    b = list(s)
+    s.set_epoch(0)
+    assert list(s) == a and a != b
+
+
+def test_distributed_sampler_tiny_dataset_many_ranks():
+    shards = [list(DistributedSampler(2, 5, r, shuffle=False)) for r in range(5)]
+    assert shards == [[0], [1], [0], [1], [0]]
+
+
+def test_inference_sampler_no_duplicates():
+    shards = [list(InferenceSampler(10, 3, r)) for r in range(3)]
+    assert shards == [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
+    assert [len(InferenceSampler(10, 3, r)) for r in range(3)] == [3, 3, 4]
+
+
+def test_bad_rank_raises():
+    with pytest.raises(ValueError, match="rank"):
+        DistributedSampler(10, 2, 2)
+
+
+def test_aspect_ratio_group_ids():
+    assert aspect_ratio_group_ids([640, 480, 500], [480, 640, 500]) == [0, 1, 0]
+
+
+def test_grouped_batch_sampler_groups_in_order():
+    groups = [0, 1, 0, 0, 1, 1, 0, 1, 0]
+    sampler = list(range(9))
+    gbs = GroupedBatchSampler(sampler, groups, 2)
+    batches = list(gbs)
+    assert batches == [[0, 2], [1, 4], [3, 6], [5, 7], [8]]
+    assert len(gbs) == 5
+    assert all(len({groups[i] for i in b}) == 1 for b in batches)
+    dropped = GroupedBatchSampler(sampler, groups, 2, drop_uneven=True)
+    assert list(dropped) == batches[:4] and len(dropped) == 4
+
+
+def test_grouped_batch_sampler_leftovers_each_group():
+    groups = [0, 1, 0, 1, 0]
+    assert list(GroupedBatchSampler(range(5), groups, 2)) == [[0, 2], [1, 3], [4]]
+    assert list(GroupedBatchSampler(range(5), [1, 0, 1, 0, 0], 4)) == [[1, 3, 4], [0, 2]]
+
+
+def test_resumable_skip_once():
+    rbs = ResumableBatchSampler(torch.utils.data.BatchSampler(range(10), 3, False))
+    full = list(rbs)
+    rbs.skip(2)
+    assert len(rbs) == 4
+    assert list(rbs) == full[2:]
+    assert list(rbs) == full  # skip applies to one iteration only
+    with pytest.raises(ValueError):
+        rbs.skip(-1)
+
+
+def test_resumable_deals_batches_equally():
+    inner = torch.utils.data.BatchSampler(range(10), 3, False)  # 4 batches on 3 ranks
+    parts = [list(ResumableBatchSampler(inner, 3, r)) for r in range(3)]
+    assert parts == [[[0, 1, 2], [9]], [[3, 4, 5], [0, 1, 2]], [[6, 7, 8], [3, 4, 5]]]
+    assert [len(ResumableBatchSampler(inner, 3, r)) for r in range(3)] == [2, 2, 2]
+
+
+def test_make_batch_sampler_train_resume_matches_uninterrupted():
+    data = _Data(23)
+    bs = make_batch_sampler(data, 4, True, world_size=2, rank=1, seed=5)
+    bs.set_epoch(3)
+    full = list(bs)
+    fresh = make_batch_sampler(data, 4, True, world_size=2, rank=1, seed=5)
+    fresh.set_epoch(3)
+    fresh.skip(2)
+    assert list(fresh) == full[2:]
+    assert len(full) == len(bs) == 3
+    loader = DataLoader(data, batch_sampler=bs)
+    bs.set_epoch(3)
+    assert [b.tolist() for b in loader] == full
+
+
+def test_make_batch_sampler_aspect_grouping_all_ranks():
+    groups = [i % 3 == 0 for i in range(20)]
+    data = _Data(20, group_ids=[int(g) for g in groups])
+    per_rank = []
+    for r in range(2):
+        bs = make_batch_sampler(data, 3, True, world_size=2, rank=r, aspect_grouping=True, seed=0)
+        bs.set_epoch(1)
+        per_rank.append(list(bs))
+    assert len(per_rank[0]) == len(per_rank[1])
+    seen = [i for part in per_rank for b in part for i in b]
+    assert set(seen) == set(range(20))
+    for part in per_rank:
+        for b in part:
+            assert len({data.group_ids[i] for i in b}) == 1
+    with pytest.raises(ValueError, match="group_ids"):
+        make_batch_sampler(_Data(5), 2, True, aspect_grouping=True)
+
+
+def test_make_batch_sampler_eval_counts_each_sample_once():
+    data = _Data(10)
+    seen = []
+    for r in range(3):
+        seen += [i for b in make_batch_sampler(data, 2, False, world_size=3, rank=r) for i in b]
+    assert sorted(seen) == list(range(10))
