@@ -1,0 +1,209 @@
+"""Process group set-up from torchrun or SLURM variables, rank helpers and prediction gathering.
+
+One process per device. With CUDA each rank uses GPU ``LOCAL_RANK`` and NCCL; without CUDA
+the ranks run on the CPU with gloo, so the multi-process code path can be tested anywhere.
+Every helper also works when no process group exists (a single process is rank 0 of 1).
+"""
+import argparse
+import datetime
+import os
+import subprocess
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+# A collective that waits longer than this raises instead of hanging forever. Long enough for
+# a rank-0-only step (saving a large checkpoint, evaluating) between two collectives.
+DEFAULT_TIMEOUT_S = 1800
+DEFAULT_MASTER_PORT = "29500"
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def add_launcher_args(parser):
+    """Add ``--dist``, ``--slurm`` and ``--local-rank`` / ``--local_rank`` to an argparse parser.
+
+    torch.distributed.launch passes ``--local-rank=N`` (older versions ``--local_rank``);
+    torchrun passes nothing and sets ``LOCAL_RANK``, which is the default here.
+    """
+    parser.add_argument("--dist", action="store_true", help="distributed training (run through torchrun or srun)")
+    parser.add_argument("--slurm", action="store_true", help="read rank and world size from SLURM variables")
+    parser.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int,
+                        default=int(os.environ.get("LOCAL_RANK", 0)), help=argparse.SUPPRESS)
+    return parser
+
+
+@dataclass
+class DistContext:
+    """Where this process sits: ``rank`` of ``world_size``, ``local_rank`` on its node, its ``device``."""
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def distributed(self):
+        return self.world_size > 1 or dist.is_initialized()
+
+
+def slurm_env(environ=None, hostnames=None):
+    """torchrun-style variables from a SLURM task's environment.
+
+    Args:
+        environ (dict): defaults to ``os.environ``; needs SLURM_PROCID, SLURM_NTASKS,
+            SLURM_LOCALID and SLURM_NODELIST (set by ``srun``).
+        hostnames (callable): nodelist -> list of host names; defaults to ``scontrol show hostnames``.
+    Returns:
+        dict with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (first node), MASTER_PORT
+        (``MASTER_PORT`` if set, else 29500).
+    Raises:
+        RuntimeError: a SLURM variable is missing (not started by ``srun``).
+    """
+    environ = os.environ if environ is None else environ
+    needed = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODELIST")
+    missing = [k for k in needed if k not in environ]
+    if missing:
+        raise RuntimeError("--slurm given but {} not set: start the script with srun "
+                           "(scripts/dist_run_slurm.sh)".format(", ".join(missing)))
+    hostnames = hostnames or _scontrol_hostnames
+    return {
+        "RANK": environ["SLURM_PROCID"],
+        "WORLD_SIZE": environ["SLURM_NTASKS"],
+        "LOCAL_RANK": environ["SLURM_LOCALID"],
+        "MASTER_ADDR": hostnames(environ["SLURM_NODELIST"])[0],
+        "MASTER_PORT": environ.get("MASTER_PORT", DEFAULT_MASTER_PORT),
+    }
+
+
+def _scontrol_hostnames(nodelist):
+    out = subprocess.check_output(["scontrol", "show", "hostnames", nodelist], text=True)
+    return out.split()
+
+
+def select_device(local_rank):
+    """The device of a rank: ``cuda:local_rank`` when CUDA is available, else the CPU.
+
+    Raises:
+        RuntimeError: ``local_rank`` names a GPU this node does not have; the message gives the
+            number of visible GPUs.
+    """
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if local_rank >= count:
+        raise RuntimeError("local rank {} needs GPU {} but this node has only {} visible GPU(s) "
+                           "(CUDA_VISIBLE_DEVICES={!r}): start at most {} process(es) per node".format(
+                               local_rank, local_rank, count, os.environ.get("CUDA_VISIBLE_DEVICES"), count))
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def init_distributed(distributed=True, slurm=False, timeout_s=DEFAULT_TIMEOUT_S):
+    """Create the default process group (if ``distributed``) and pick this rank's device.
+
+    Rank and world size come from torchrun's variables, or from SLURM's with ``slurm=True``
+    (copied into the torchrun names so that later code reads one set). NCCL with CUDA, gloo
+    without. Collectives time out after ``timeout_s`` seconds, so a rank whose peer died
+    raises instead of hanging; torchrun then stops the remaining ranks and reports the first
+    failure (decorate ``main`` with ``torch.distributed.elastic.multiprocessing.errors.record``
+    to get its traceback).
+
+    Returns:
+        DistContext. Without ``distributed``: rank 0 of 1 on GPU 0 if there is one, else CPU.
+    Raises:
+        RuntimeError: launcher variables missing, or more processes per node than GPUs.
+    """
+    if not distributed:
+        return DistContext(device=select_device(0))
+    if slurm:
+        os.environ.update(slurm_env())
+    missing = [k for k in TORCHRUN_VARS if k not in os.environ]
+    if missing:
+        raise RuntimeError("--dist given but {} not set: launch with torchrun "
+                           "(scripts/dist_run_single.sh / dist_run_multi.sh) or srun with --slurm".format(
+                               ", ".join(missing)))
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = select_device(local_rank)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if backend == "nccl":
+        # Abort a collective that a dead peer will never join, instead of blocking forever.
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s),
+                                device_id=device if backend == "nccl" else None)
+    return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
+
+
+def cleanup():
+    """Destroy the default process group if there is one."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def get_rank():
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def get_world_size():
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def is_main_process():
+    """True on rank 0: the only rank that writes checkpoints, logs and tensorboard events."""
+    return get_rank() == 0
+
+
+def barrier():
+    """Wait for every rank (no-op in a single process)."""
+    if get_world_size() > 1:
+        dist.barrier()
+
+
+def all_gather(obj):
+    """List of every rank's picklable ``obj``, indexed by rank (``[obj]`` in a single process)."""
+    if get_world_size() == 1:
+        return [obj]
+    out = [None] * get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj, src=0):
+    """Rank ``src``'s picklable ``obj`` on every rank."""
+    if get_world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def gather_predictions(indices, predictions):
+    """Every rank's predictions, one per dataset sample, ordered by sample index.
+
+    Samplers that pad (repeat samples so that ranks get equal shares) make some samples appear
+    on two ranks; keeping one prediction per index makes a metric count each sample once, so
+    10 samples on 3 ranks give the single-process value.
+
+    Args:
+        indices (LongTensor [N] or list of int): dataset index of each local prediction.
+        predictions (Tensor [N, ...]): local predictions (any dtype; moved to CPU).
+    Returns:
+        (indices LongTensor [M], predictions Tensor [M, ...]) on every rank, M = number of
+        distinct indices, sorted by index.
+    Raises:
+        ValueError: ``indices`` and ``predictions`` differ in length.
+    """
+    indices = torch.as_tensor(indices, dtype=torch.long).cpu().reshape(-1)
+    predictions = predictions.detach().cpu()
+    if len(indices) != len(predictions):
+        raise ValueError("got {} indices for {} predictions".format(len(indices), len(predictions)))
+    parts = all_gather((indices, predictions))
+    all_idx = torch.cat([p[0] for p in parts])
+    all_pred = torch.cat([p[1] for p in parts])
+    unique, inverse = torch.unique(all_idx, sorted=True, return_inverse=True)
+    # position of the first occurrence of each unique index
+    first = torch.full((len(unique),), len(all_idx), dtype=torch.long)
+    first.scatter_reduce_(0, inverse, torch.arange(len(all_idx)), reduce="amin")
+    return unique, all_pred[first]
