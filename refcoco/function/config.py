@@ -1,0 +1,28 @@
+"""RefCOCO+ config (reference ``refcoco/function/config.py``).
+
+Only the config lives here so that the reference's RefCOCO+ paper YAML files load and can be
+checked; the RefCOCO+ task itself (data, model head, scripts) is not part of this release.
+"""
+from common.config import TaskConfig, common_defaults
+from vqa.function.config import add_answer_vocab_keys
+
+
+def refcoco_defaults():
+    """Defaults of the RefCOCO+ task as a fresh mutable CfgNode."""
+    _C = add_answer_vocab_keys(common_defaults())
+    # Boxes of each split: "gt" (ground truth) or "proposal" (detections).
+    _C.DATASET.TRAIN_BOXES = "gt"
+    _C.DATASET.VAL_BOXES = "gt"
+    _C.DATASET.TEST_BOXES = "gt"
+    # Detections of "proposal" boxes: "official" (MAttNet) or "vg".
+    _C.DATASET.PROPOSAL_SOURCE = 'official'
+    del _C.NETWORK['FOR_MASK_VL_MODELING_PRETRAIN']
+    _C.NETWORK.ENABLE_CNN_REG_LOSS = False
+    _C.TRAIN.LOSS_LOGGERS = [('cls_loss', 'ClsLoss')]
+    return _C
+
+
+_task = TaskConfig(refcoco_defaults)
+config = _task.config
+update_config = _task.update_config
+load_config = _task.load_config
