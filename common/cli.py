@@ -1,0 +1,91 @@
+"""Command-line front end shared by the tasks' scripts: arguments, config, output folder, logger.
+
+The flags are the reference release's (``--cfg --model-dir --log-dir --dist --slurm --do-test
+--cudnn-off --partial-pretrain``) plus ``--opts KEY VALUE ...`` overrides (detectron2 style).
+"""
+import argparse
+import logging
+import os
+import sys
+import time
+
+from common.config import ConfigError, dump_config
+from common.distributed import add_launcher_args
+
+
+def train_argument_parser(description):
+    """The argparse parser of ``<task>/train_end2end.py``."""
+    parser = argparse.ArgumentParser(description)
+    parser.add_argument("--cfg", required=True, help="path to the YAML config file")
+    parser.add_argument("--model-dir", help="root folder of the outputs (OUTPUT_PATH is relative to it)")
+    parser.add_argument("--log-dir", help="tensorboard folder (default: <output folder>/tensorboard_logs)")
+    parser.add_argument("--do-test", action="store_true", help="write the test-set result file after training")
+    parser.add_argument("--cudnn-off", action="store_true", help="disable cuDNN")
+    parser.add_argument("--partial-pretrain", help="checkpoint for NETWORK.PARTIAL_PRETRAIN")
+    parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[],
+                        help="config overrides as KEY VALUE pairs, e.g. --opts TRAIN.LR 1e-4")
+    add_launcher_args(parser)
+    return parser
+
+
+def config_from_args(args, load_config):
+    """Frozen config from ``--cfg``, ``--opts``, ``--partial-pretrain`` and ``--model-dir``.
+
+    ``--model-dir D`` makes OUTPUT_PATH ``D/<OUTPUT_PATH>`` as in the reference.
+    Raises:
+        ConfigError: see :func:`common.config.TaskConfig.load_config`.
+    """
+    opts = list(args.opts)
+    if args.partial_pretrain is not None:
+        opts += ["NETWORK.PARTIAL_PRETRAIN", args.partial_pretrain]
+    cfg = load_config(args.cfg, opts)
+    if args.model_dir is not None:
+        cfg.defrost()
+        cfg.OUTPUT_PATH = os.path.join(args.model_dir, cfg.OUTPUT_PATH)
+        cfg.freeze()
+    return cfg
+
+
+def run_main(main):
+    """Run ``main()``; a config mistake ends the process with its message and exit code 2, no traceback."""
+    try:
+        return main()
+    except ConfigError as e:
+        print("config error: {}".format(e), file=sys.stderr)
+        sys.exit(2)
+
+
+def output_folder(cfg, cfg_path, image_set):
+    """``<OUTPUT_PATH>/<config file name>/<image_set>`` (the reference's layout)."""
+    cfg_name = os.path.splitext(os.path.basename(cfg_path))[0]
+    return os.path.join(cfg.OUTPUT_PATH, cfg_name, image_set)
+
+
+def setup_output(cfg, cfg_path, rank=0):
+    """Create the training output folder, a logger, and write the effective config there.
+
+    Only rank 0 writes files; other ranks log warnings and errors to stderr.
+
+    Returns:
+        (str, logging.Logger): the output folder
+        ``<OUTPUT_PATH>/<cfg name>/<TRAIN_IMAGE_SET>_train`` and the logger.
+    """
+    image_set = cfg.DATASET[0].TRAIN_IMAGE_SET if isinstance(cfg.DATASET, list) else cfg.DATASET.TRAIN_IMAGE_SET
+    folder = output_folder(cfg, cfg_path, "{}_train".format(image_set.replace("+", "_")))
+    logger = logging.getLogger("vlbert")
+    logger.handlers.clear()
+    logger.propagate = False
+    logger.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+    fmt = logging.Formatter("%(asctime)s %(message)s")
+    console = logging.StreamHandler(sys.stdout)
+    console.setFormatter(fmt)
+    logger.addHandler(console)
+    if rank == 0:
+        os.makedirs(folder, exist_ok=True)
+        cfg_name = os.path.splitext(os.path.basename(cfg_path))[0]
+        log_file = os.path.join(folder, "{}_{}.log".format(cfg_name, time.strftime("%Y-%m-%d-%H-%M")))
+        handler = logging.FileHandler(log_file)
+        handler.setFormatter(fmt)
+        logger.addHandler(handler)
+        dump_config(cfg, os.path.join(folder, "config.yaml"))
+    return folder, logger
