@@ -1,0 +1,272 @@
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from common.data import transforms as T
+from common.data.tokenizer import build_tokenizer
+from common.data.zipreader import ZipReader
+from vcr.data.vcr import VCRDataError, VCRDataset, align_matrix, keep_only_relevant, polygon_mask
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "why", "is", "casey", "riley", "and", "left", "right", "?",
+         "dog", "car", "the", "sun", "##flower", "of", "it", "yes", "no", "because", "sits", "runs", "red", "."]
+
+# objects 0 person, 1 dog, 2 person, 3 car
+LINE = {
+    "annot_id": "val-0", "movie": "m", "img_fn": "m/a.jpg", "metadata_fn": "m/a.json",
+    "objects": ["person", "dog", "person", "car"],
+    "question": ["why", "is", [0, 2], "left", "of", [1], "?"],
+    "answer_choices": [["because", "sunflower"], ["yes"], [[3], "runs"], ["no", "."]],
+    "answer_label": 2,
+    "rationale_choices": [["it", "sits"], [[1], "is", "red"], ["the", "car"], ["no"]],
+    "rationale_label": 1,
+}
+META = {"boxes": [[10, 5, 29, 24, 0.9], [40, 10, 59, 39, 0.8], [60, 0, 79, 19, 0.7], [0, 30, 79, 39, 0.6]],
+        "segms": [[[[10, 5], [29, 5], [29, 24], [10, 24]]]] * 4, "width": 80, "height": 40, "names": []}
+
+
+def write_vcr(root, lines=(LINE,), meta=META, image_size=(80, 40), name="val.jsonl", zip_images=False):
+    """A tiny VCR folder: {root}/{name}, {root}/vcr1images/m/a.jpg + a.json (or vcr1images.zip)."""
+    os.makedirs(os.path.join(root, "vcr1images", "m"), exist_ok=True)
+    rng = np.random.RandomState(0)
+    Image.fromarray(rng.randint(0, 255, (image_size[1], image_size[0], 3), dtype=np.uint8)).save(
+        os.path.join(root, "vcr1images", "m", "a.jpg"))
+    with open(os.path.join(root, "vcr1images", "m", "a.json"), "w") as f:
+        json.dump(meta, f)
+    with open(os.path.join(root, name), "w") as f:
+        for line in lines:
+            f.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
+    if zip_images:
+        with zipfile.ZipFile(os.path.join(root, "vcr1images.zip"), "w") as z:
+            for fn in ("a.jpg", "a.json"):
+                z.write(os.path.join(root, "vcr1images", "m", fn), "vcr1images/m/" + fn)
+    with open(os.path.join(root, "vocab.txt"), "w") as f:
+        f.write("\n".join(VOCAB) + "\n")
+    return root
+
+
+def transform(flip=0.0, scales=(40, 1000)):
+    return T.Compose([T.Resize(*scales), T.RandomHorizontalFlip(flip), T.ToTensor(),
+                      T.Normalize([102.9801, 115.9465, 122.7717], [1.0, 1.0, 1.0])])
+
+
+def make_dataset(root, **kw):
+    args = dict(ann_file="val.jsonl", image_set="vcr1images", data_path=str(root),
+                tokenizer=build_tokenizer(str(root)), transform=transform(), task="Q2A", add_image_as_a_box=True)
+    args.update(kw)
+    return VCRDataset(**args)
+
+
+def ids(*words):
+    return [VOCAB.index(w) for w in words]
+
+
+@pytest.fixture
+def root(tmp_path):
+    yield write_vcr(str(tmp_path))
+    ZipReader.close_all()
+
+
+def test_q2a_item_token_box_alignment(root):
+    ds = make_dataset(root)
+    assert ds.data_names == ["image", "boxes", "masks", "question", "question_align_matrix",
+                             "answer_choices", "answer_align_matrix", "answer_label", "im_info"]
+    item = dict(zip(ds.data_names, ds[0]))
+    q = item["question"]
+    # [0, 2] -> "casey and riley"; word tags 0 (image box), objects tagged with box index o + 1
+    assert q[:, 0].tolist() == ids("why", "is", "casey", "and", "riley", "left", "of", "dog", "?")
+    assert q[:, 1].tolist() == [0, 0, 1, 0, 3, 0, 0, 2, 0]
+    assert q[:, 2].tolist() == list(range(9))
+    a0 = item["answer_choices"][0]
+    assert a0.tolist() == [[ids("because")[0], 0, 0], [ids("sun")[0], 0, 1], [ids("##flower")[0], 0, 1]]
+    assert torch.equal(item["answer_align_matrix"][0], torch.tensor([[1.0, 0, 0], [0, 0.5, 0.5]]))
+    assert item["answer_choices"][2][:, 1].tolist() == [4, 0]  # the car is box 4
+    assert item["answer_label"].item() == 2
+    # boxes: image box first, resized by 40 / 40 = 1, class column = COCO index
+    boxes = item["boxes"]
+    assert boxes.shape == (5, 6)
+    assert boxes[0].tolist() == [0, 0, 79, 39, 1.0, 0]
+    assert boxes[1].tolist() == pytest.approx([10, 5, 29, 24, 0.9, 1])
+    assert boxes[:, 5].tolist() == [0, 1, 17, 1, 3]  # person 1, dog 17, car 3
+    assert item["masks"].shape == (5, 14, 14) and item["masks"][1].min() == 1.0
+    assert item["image"].shape == (3, 40, 80)
+    assert item["im_info"].tolist() == [80, 40, 1, 1, 0]
+
+
+def test_without_image_box_words_are_tagged_minus_one(root):
+    ds = make_dataset(root, add_image_as_a_box=False)
+    item = dict(zip(ds.data_names, ds[0]))
+    assert item["question"][:, 1].tolist() == [-1, -1, 0, -1, 2, -1, -1, 1, -1]
+    assert item["boxes"].shape == (4, 6)
+
+
+def test_resize_scales_boxes_and_clips(root):
+    item = make_dataset(root, transform=transform(scales=(80, 1000)))[0]
+    assert item[0].shape == (3, 80, 160)
+    assert item[1][1, :4].tolist() == [20, 10, 58, 48]
+    assert item[-1].tolist() == [160, 80, 2, 2, 0]
+    # the whole-image box (79, 39) * 2 = (158, 78) stays inside the image after clipping
+    assert item[1][0, :4].tolist() == [0, 0, 158, 78]
+
+
+def test_person_names_restart_per_item(root):
+    ds = make_dataset(root)
+    first, second = ds[0][3], ds[0][3]  # a counter kept across calls would name them Jessie and Jackie
+    assert torch.equal(first, second) and first[2, 0].item() == ids("casey")[0]
+
+
+def test_only_use_relevant_dets(root):
+    ds = make_dataset(root, only_use_relevant_dets=True)
+    item = dict(zip(ds.data_names, ds[0]))
+    # mentioned in order: 0, 2, 1 (question), 3 (answer 2) -> all kept, renumbered 0, 1, 2, 3
+    assert item["boxes"][1:, :4].tolist() == [[10, 5, 29, 24], [60, 0, 79, 19], [40, 10, 59, 39], [0, 30, 79, 39]]
+    assert item["question"][:, 1].tolist() == [0, 0, 1, 0, 2, 0, 0, 3, 0]
+    kept, texts = keep_only_relevant([["a", [3]], [[1, 3]]])
+    assert kept == [3, 1] and texts == [["a", [0]], [[1, 0]]]
+
+
+def test_flip_swaps_left_right_and_mirrors_boxes(root):
+    ds = make_dataset(root, transform=transform(flip=1.0))
+    item = dict(zip(ds.data_names, ds[0]))
+    assert item["question"][:, 0].tolist() == ids("why", "is", "casey", "and", "riley", "right", "of", "dog", "?")
+    assert item["boxes"][1, :4].tolist() == [79 - 29, 5, 79 - 10, 24]
+    plain = make_dataset(root)[0]
+    assert torch.equal(item["image"], plain[0].flip(-1))
+
+
+def test_zip_mode_equals_folder_mode(tmp_path):
+    root = write_vcr(str(tmp_path), zip_images=True)
+    zipped = make_dataset(root, zip_mode=True)
+    os.rename(os.path.join(root, "vcr1images"), os.path.join(root, "unzipped"))  # only the zip is left
+    assert zipped.annotations[0]["img_fn"].endswith("vcr1images.zip@/vcr1images/m/a.jpg")
+    z_item = zipped[0]
+    os.rename(os.path.join(root, "unzipped"), os.path.join(root, "vcr1images"))
+    f_item = make_dataset(root)[0]
+    for a, b in zip(z_item, f_item):
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b)
+        else:
+            assert all(torch.equal(x, y) for x, y in zip(a, b))
+    ZipReader.close_all()
+
+
+def test_qa2r_query_is_question_plus_right_answer(root):
+    ds = make_dataset(root, task="QA2R")
+    assert ds.data_names == ["image", "boxes", "masks", "question", "question_align_matrix",
+                             "rationale_choices", "rationale_align_matrix", "rationale_label", "im_info"]
+    item = dict(zip(ds.data_names, ds[0]))
+    q = item["question"]
+    assert q[:, 0].tolist() == ids("why", "is", "casey", "and", "riley", "left", "of", "dog", "?", "car", "runs")
+    m = item["question_align_matrix"]
+    assert m.shape == (11, 11) and torch.equal(m, torch.eye(11))  # block diagonal of two identities
+    assert item["rationale_choices"][1][:, 1].tolist() == [2, 0, 0]
+    assert item["rationale_label"].item() == 1
+    noq = dict(zip(ds.data_names, make_dataset(root, task="QA2R", qa2r_noq=True)[0]))
+    assert noq["question"][:, 0].tolist() == ids("car", "runs")
+
+
+def test_qa2r_test_mode_gives_one_query_per_answer(tmp_path):
+    line = {k: v for k, v in LINE.items() if not k.endswith("_label")}
+    root = write_vcr(str(tmp_path), lines=[line], name="test.jsonl")
+    ds = make_dataset(root, ann_file="test.jsonl", task="QA2R", test_mode=True)
+    assert ds.data_names == ["image", "boxes", "masks", "question", "question_align_matrix",
+                             "rationale_choices", "rationale_align_matrix", "im_info"]
+    item = dict(zip(ds.data_names, ds[0]))
+    assert len(item["question"]) == 4
+    assert item["question"][1][:, 0].tolist() == ids("why", "is", "casey", "and", "riley", "left", "of", "dog",
+                                                     "?", "yes")
+
+
+def test_q2ar_has_both(root):
+    ds = make_dataset(root, task="Q2AR")
+    assert ds.data_names == ["image", "boxes", "masks", "question", "question_align_matrix",
+                             "answer_choices", "answer_align_matrix", "answer_label",
+                             "rationale_choices", "rationale_align_matrix", "rationale_label", "im_info"]
+    item = dict(zip(ds.data_names, ds[0]))
+    assert len(item["answer_choices"]) == 4 and len(item["rationale_choices"]) == 4
+
+
+def test_truncation_to_seq_len(root):
+    ds = make_dataset(root, seq_len=10)
+    item = dict(zip(ds.data_names, ds[0]))
+    q = item["question"]
+    for a in item["answer_choices"]:
+        assert len(q) + len(a) <= 10
+    # the question (9 pieces) loses its end until it fits with the 3-piece answer: 7 + 3
+    assert len(q) == 7 and item["question_align_matrix"].shape == (7, 7)
+
+
+def test_align_matrix_and_polygon_mask():
+    assert torch.equal(align_matrix([0, 0, 1]), torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]]))
+    assert align_matrix([]).shape == (0, 0)
+    # the left half of the box is covered
+    m = polygon_mask([[[0, 0], [9, 0], [9, 19], [0, 19]]], [0, 0, 19, 19], (4, 4))
+    assert m[:, :2].sum() == 8 and m[:, 3].sum() == 0
+
+
+# ---------------------------------------------------------------- bad data
+def _error(tmp_path, exc=VCRDataError, get=False, **kw):
+    root = write_vcr(str(tmp_path), **kw)
+    with pytest.raises(exc) as info:
+        ds = make_dataset(root)
+        if get:
+            ds[0]
+    return str(info.value)
+
+
+def test_error_missing_annotation_file(tmp_path):
+    write_vcr(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="annotation file '.*nope.jsonl' not found.*PREPARE_DATA.md"):
+        make_dataset(str(tmp_path), ann_file="nope.jsonl")
+
+
+def test_error_invalid_json_line(tmp_path):
+    msg = _error(tmp_path, lines=[LINE, '{"annot_id": "x", '])
+    assert "val.jsonl line 2: not valid JSON" in msg
+
+
+def test_error_missing_field(tmp_path):
+    line = {k: v for k, v in LINE.items() if k != "answer_label"}
+    msg = _error(tmp_path, lines=[line])
+    assert "val.jsonl line 1: missing field(s) answer_label" in msg
+
+
+def test_error_object_index_out_of_range(tmp_path):
+    line = dict(LINE, answer_choices=[["yes"], ["no"], [[7]], ["it"]])
+    msg = _error(tmp_path, lines=[line])
+    assert "val.jsonl line 1: answer_choices refers to object 7 but the line lists 4 objects" in msg
+
+
+def test_error_missing_image(tmp_path):
+    line = dict(LINE, img_fn="m/missing.jpg")
+    msg = _error(tmp_path, exc=FileNotFoundError, get=True, lines=[line])
+    assert "val.jsonl line 1 (annot_id val-0)" in msg and "missing.jpg" in msg
+
+
+def test_error_missing_metadata(tmp_path):
+    line = dict(LINE, metadata_fn="m/missing.json")
+    msg = _error(tmp_path, exc=FileNotFoundError, get=True, lines=[line])
+    assert "val.jsonl line 1 (annot_id val-0)" in msg and "missing.json" in msg
+
+
+def test_error_undecodable_image(tmp_path):
+    root = write_vcr(str(tmp_path))
+    with open(os.path.join(root, "vcr1images", "m", "a.jpg"), "wb") as f:
+        f.write(b"\x00garbage")
+    with pytest.raises(ValueError, match=r"val.jsonl line 1 \(annot_id val-0\): cannot decode image '.*a.jpg'"):
+        make_dataset(root)[0]
+
+
+def test_error_box_count_mismatch(tmp_path):
+    meta = dict(META, boxes=META["boxes"][:2])
+    msg = _error(tmp_path, get=True, meta=meta)
+    assert "a.json (for" in msg and "one box per object (4 objects), got 2 boxes" in msg
+
+
+def test_error_missing_vocab(tmp_path):
+    with pytest.raises(FileNotFoundError, match="BERT folder '.*nobert' has no vocab.txt.*PREPARE_PRETRAINED"):
+        build_tokenizer(str(tmp_path / "nobert"))
