@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import warnings
 
 import torch
 
@@ -145,7 +146,7 @@ def language_pretrained_weights(network_config):
             raise FileNotFoundError("NETWORK.BERT_PRETRAINED: weights file '{}' does not exist".format(path))
         return read_bert_weights(path), path
     if network_config.BERT_MODEL_NAME == '':
-        logger.warning("NETWORK.BERT_MODEL_NAME is empty: the language model is randomly initialised")
+        warnings.warn("NETWORK.BERT_MODEL_NAME is empty: the language model is randomly initialised")
         return None, None
     return load_bert_folder(network_config.BERT_MODEL_NAME, network_config.VLBERT)
 
@@ -160,10 +161,12 @@ def special_token_ids(folder):
     An empty ``folder`` gives BERT's standard ids (0, 100, 101, 102, 103).
 
     Raises:
-        FileNotFoundError: ``vocab.txt`` is missing; ValueError: a special token is not in it.
+        FileNotFoundError: the folder or its ``vocab.txt`` is missing; ValueError: a special token is not in it.
     """
     if folder == '':
         return dict(DEFAULT_SPECIAL_IDS)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError("NETWORK.BERT_MODEL_NAME: BERT folder '{}' does not exist".format(folder))
     path = os.path.join(folder, VOCAB_FILE)
     if not os.path.isfile(path):
         raise FileNotFoundError("BERT folder '{}' has no {}".format(folder, VOCAB_FILE))
