@@ -1,0 +1,523 @@
+"""Checkpoints: atomic saving, safe loading, exact resume and partial pretrain loading.
+
+File layout (the reference release's, plus mid-epoch files of our own)::
+
+    {prefix}-{epoch:04d}.model                  after epoch ``epoch`` (0-based)
+    {prefix}-best.model                         copy of the best validation epoch
+    {prefix}-{epoch:04d}-b{batches:07d}.model   inside epoch ``epoch``, ``batches`` micro-batches done
+
+Each file is a dict. The reference's keys come first: ``state_dict`` (model, fp32, no
+``module.`` prefix), ``optimizer``, ``validation_monitor``; ours follow: ``amp`` (loss scaler),
+``lr_scheduler``, ``rng`` (one entry per rank), ``train_state`` (epoch, batches done in the
+epoch, optimizer steps) and ``config`` (YAML text). Everything is plain tensors and builtins,
+so ``torch.load(..., weights_only=True)`` reads it without running code from the file.
+
+The checkpointer layout follows maskrcnn-benchmark ``utils/checkpoint.py``; the temporary
+file + ``os.replace`` write follows timm ``utils/checkpoint_saver.py``.
+"""
+import collections
+import logging
+import os
+import random
+import re
+import tempfile
+from dataclasses import dataclass, field
+from typing import List
+
+import numpy as np
+import torch
+import yaml
+
+from common import distributed as cdist
+from common.trainer import TrainState
+
+logger = logging.getLogger(__name__)
+
+# Pretraining relationship head (the reference's spelling) and the VCR classifier it becomes.
+REL_HEAD = "vlbert.relationsip_head.caption_image_relationship"
+VCR_CLASSIFIER = "final_mlp.1"
+TOKEN_TYPE_EMBEDDINGS = "vlbert._module.token_type_embeddings.weight"
+_STEP_FILE = re.compile(r"-(\d{4})-b(\d{7})\.model$")
+_EPOCH_FILE = re.compile(r"-(\d{4})\.model$")
+
+
+class CheckpointError(RuntimeError):
+    """A file that is not a usable checkpoint, or a state dict that does not fit the model."""
+
+
+# --------------------------------------------------------------------------------------------- #
+# Names
+# --------------------------------------------------------------------------------------------- #
+def epoch_checkpoint_path(prefix, epoch):
+    """``{prefix}-{epoch:04d}.model``: the state after 0-based epoch ``epoch``."""
+    return "{}-{:04d}.model".format(prefix, epoch)
+
+
+def best_checkpoint_path(prefix):
+    return "{}-best.model".format(prefix)
+
+
+def step_checkpoint_path(prefix, epoch, epoch_batch):
+    """Mid-epoch file: ``epoch_batch`` micro-batches of epoch ``epoch`` done."""
+    return "{}-{:04d}-b{:07d}.model".format(prefix, epoch, epoch_batch)
+
+
+def list_checkpoints(prefix):
+    """Complete epoch and mid-epoch checkpoints of ``prefix``, oldest first.
+
+    Returns:
+        list of ``(position, path, is_step)``; ``position = (epoch, batches done)`` is where
+        training continues: ``(e + 1, 0)`` after epoch file ``e``, ``(e, b)`` for a mid-epoch
+        file. Temporary files of interrupted writes have other names and are never listed.
+    """
+    folder, base = os.path.split(os.path.abspath(prefix))
+    if not os.path.isdir(folder):
+        return []
+    found = []
+    for name in os.listdir(folder):
+        if not name.startswith(base + "-"):
+            continue
+        rest = name[len(base):]
+        step = _STEP_FILE.fullmatch(rest)
+        epoch = _EPOCH_FILE.fullmatch(rest)
+        if step:
+            found.append(((int(step.group(1)), int(step.group(2))), os.path.join(folder, name), True))
+        elif epoch:
+            found.append(((int(epoch.group(1)) + 1, 0), os.path.join(folder, name), False))
+    return sorted(found)
+
+
+# --------------------------------------------------------------------------------------------- #
+# Saving
+# --------------------------------------------------------------------------------------------- #
+def atomic_save(obj, path):
+    """``torch.save`` to a temporary file in the same folder, fsync, then rename over ``path``.
+
+    A crash at any moment leaves either the old ``path`` or the new one, never a torn file;
+    a stale ``.{name}.*.tmp`` may remain and is removed by :func:`remove_stale_temp_files`.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    # Make the rename itself durable.
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_stale_temp_files(prefix):
+    """Delete temporary files left by writes of ``prefix`` checkpoints that were killed."""
+    folder, base = os.path.split(os.path.abspath(prefix))
+    if not os.path.isdir(folder):
+        return
+    for name in os.listdir(folder):
+        if name.startswith("." + base + "-") and name.endswith(".tmp"):
+            os.remove(os.path.join(folder, name))
+
+
+def unwrap_model(model):
+    """The module inside DistributedDataParallel / DataParallel wrappers (else ``model``)."""
+    while isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+        model = model.module
+    return model
+
+
+def model_state_fp32(model):
+    """The model's state dict without ``module.`` prefixes, floating tensors as fp32 CPU copies."""
+    out = collections.OrderedDict()
+    for k, v in unwrap_model(model).state_dict().items():
+        v = v.detach()
+        out[k] = (v.float() if v.is_floating_point() else v).cpu().clone()
+    return out
+
+
+def rng_state():
+    """This process's RNG states (python, numpy, torch CPU, every CUDA device) as plain values."""
+    bit_generator, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": {"bit_generator": bit_generator, "keys": torch.from_numpy(keys.astype(np.int64)),
+                  "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state):
+    """Restore :func:`rng_state` (CUDA states only for devices present on both sides)."""
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    npst = state["numpy"]
+    np.random.set_state((npst["bit_generator"], npst["keys"].numpy().astype(np.uint32), npst["pos"],
+                         npst["has_gauss"], npst["cached_gaussian"]))
+    torch.set_rng_state(state["torch"])
+    if torch.cuda.is_available() and state["cuda"]:
+        n = min(len(state["cuda"]), torch.cuda.device_count())
+        torch.cuda.set_rng_state_all(state["cuda"][:n])
+
+
+def _config_text(config):
+    if config is None or isinstance(config, str):
+        return config
+    from common.config import to_plain  # the config module is only needed when saving one
+    return yaml.safe_dump(to_plain(config), default_flow_style=False, sort_keys=False)
+
+
+def make_checkpoint(model, optimizer, validation_monitor=None, scaler=None, lr_scheduler=None,
+                    train_state=None, config=None, rng=None):
+    """The checkpoint dict (see the module docstring); only plain, ``weights_only``-safe values.
+
+    Args:
+        model: ``nn.Module`` (DDP-wrapped or not).
+        optimizer: ``torch.optim.Optimizer``.
+        validation_monitor, scaler, lr_scheduler, train_state: objects with ``state_dict()``
+            (``train_state`` may also be a dict); None leaves the key out.
+        config: CfgNode, dict or YAML text.
+        rng: list of :func:`rng_state` per rank (default: this process's only).
+    """
+    ckpt = {"state_dict": model_state_fp32(model), "optimizer": optimizer.state_dict()}
+    named = {"validation_monitor": validation_monitor, "amp": scaler, "lr_scheduler": lr_scheduler,
+             "train_state": train_state}
+    for key, obj in named.items():
+        if obj is not None:
+            ckpt[key] = obj if isinstance(obj, dict) else obj.state_dict()
+    ckpt["rng"] = [rng_state()] if rng is None else rng
+    if config is not None:
+        ckpt["config"] = _config_text(config)
+    return ckpt
+
+
+def save_checkpoint(paths, model, optimizer, **kwargs):
+    """Write :func:`make_checkpoint` atomically to ``paths`` (one path or a list) on rank 0.
+
+    Every rank must call it: the ranks' RNG states are gathered (a collective) so a resumed
+    run continues each rank's random stream. Other ranks return without writing.
+    ``kwargs`` go to :func:`make_checkpoint`.
+    """
+    rng = cdist.all_gather(rng_state())
+    if not cdist.is_main_process():
+        return
+    ckpt = make_checkpoint(model, optimizer, rng=rng, **kwargs)
+    for path in [paths] if isinstance(paths, str) else paths:
+        atomic_save(ckpt, path)
+        logger.info("Saved checkpoint %s", path)
+
+
+def prune_step_checkpoints(prefix, keep):
+    """Delete mid-epoch checkpoints of ``prefix`` but the ``keep`` newest (rank 0 only)."""
+    if not cdist.is_main_process():
+        return
+    steps = [path for _, path, is_step in list_checkpoints(prefix) if is_step]
+    for path in steps[:max(len(steps) - keep, 0)]:
+        os.remove(path)
+
+
+# --------------------------------------------------------------------------------------------- #
+# Loading
+# --------------------------------------------------------------------------------------------- #
+def load_checkpoint_file(path):
+    """Read a checkpoint dict on the CPU with ``weights_only=True``.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        CheckpointError: the file cannot be unpickled safely, or is not a dict with ``state_dict``.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError("checkpoint {} does not exist".format(path))
+    try:
+        # MultiStepLR keeps its milestones in a Counter; allow that harmless container.
+        with torch.serialization.safe_globals([collections.Counter]):
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise CheckpointError("{} is not a readable checkpoint ({}: {})".format(path, type(e).__name__, e)) from e
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        what = "keys {}".format(sorted(ckpt)[:10]) if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise CheckpointError("{} is not a checkpoint: expected a dict with a 'state_dict' entry, found {}"
+                              .format(path, what))
+    return ckpt
+
+
+def _match_key(key, targets):
+    """``key``, or ``key`` with its ``module.`` prefix added or removed, whichever is in ``targets``."""
+    if key in targets:
+        return key
+    other = key[len("module."):] if key.startswith("module.") else "module." + key
+    return other if other in targets else None
+
+
+def load_model_state_dict(model, state_dict, source="state dict"):
+    """Load ``state_dict`` strictly into ``model``, whatever the ``module.`` prefixes on either side.
+
+    Floating tensors are cast to the model's dtype (fp16 checkpoints of reference fp16 runs
+    load into fp32 models).
+
+    Raises:
+        CheckpointError: missing / unexpected keys or shape mismatches, all listed, naming ``source``.
+    """
+    target = model.state_dict()
+    parsed, unexpected = {}, []
+    for k, v in state_dict.items():
+        mk = _match_key(k, target)
+        if mk is None:
+            unexpected.append(k)
+        else:
+            parsed[mk] = v
+    missing = [k for k in target if k not in parsed]
+    shapes = ["{}: {} in checkpoint, {} in model".format(k, tuple(v.shape), tuple(target[k].shape))
+              for k, v in parsed.items() if v.shape != target[k].shape]
+    if missing or unexpected or shapes:
+        raise CheckpointError("{} does not fit the model:\n  missing keys: {}\n  unexpected keys: {}\n"
+                              "  shape mismatches: {}".format(source, missing, unexpected, shapes))
+    model.load_state_dict({k: v.to(target[k].dtype) if v.is_floating_point() else v
+                           for k, v in parsed.items()})
+
+
+def _scaler_state(state):
+    # An Apex amp.state_dict() holds one entry per loss scaler: {'loss_scaler0': {...}}.
+    return state.get("loss_scaler0", state)
+
+
+def restore_checkpoint(ckpt, model, optimizer=None, scaler=None, lr_scheduler=None,
+                       validation_monitor=None, restore_rng=True, source="checkpoint"):
+    """Load every part of ``ckpt`` present in it into the given objects.
+
+    The model always loads; optimizer, loss scaler, LR scheduler and validation monitor load
+    when both the object and its key exist (reference checkpoints have no ``amp``,
+    ``lr_scheduler``, ``rng`` or ``train_state``). With ``restore_rng``, this rank's RNG state
+    is restored (rank 0's if the world size changed, which ends exactness).
+
+    Returns:
+        list of the keys that were restored.
+    """
+    load_model_state_dict(model, ckpt["state_dict"], source)
+    restored = ["state_dict"]
+    parts = {"optimizer": optimizer, "amp": scaler, "lr_scheduler": lr_scheduler,
+             "validation_monitor": validation_monitor}
+    for key, obj in parts.items():
+        if obj is not None and key in ckpt:
+            obj.load_state_dict(_scaler_state(ckpt[key]) if key == "amp" else ckpt[key])
+            restored.append(key)
+    if restore_rng and ckpt.get("rng"):
+        states, rank = ckpt["rng"], cdist.get_rank()
+        if len(states) != cdist.get_world_size():
+            logger.warning("%s holds RNG states of %d ranks, this run has %d: using rank 0's",
+                           source, len(states), cdist.get_world_size())
+            rank = 0
+        set_rng_state(states[rank])
+        restored.append("rng")
+    return restored
+
+
+def find_resume_checkpoint(prefix, begin_epoch, end_epoch, resume=False, auto_resume=True):
+    """Checkpoint paths to resume from, best first (empty: start from scratch).
+
+    ``resume`` (TRAIN.RESUME): exactly ``{prefix}-{begin_epoch - 1:04d}.model``.
+    ``auto_resume`` (TRAIN.AUTO_RESUME): every complete epoch or mid-epoch checkpoint whose
+    epoch lies in ``[begin_epoch, end_epoch)``, newest position first (the reference searched
+    the same epoch range).
+
+    Raises:
+        FileNotFoundError: ``resume`` and the file of epoch ``begin_epoch - 1`` is absent.
+    """
+    if resume:
+        path = epoch_checkpoint_path(prefix, begin_epoch - 1)
+        if not os.path.isfile(path):
+            raise FileNotFoundError("TRAIN.RESUME with BEGIN_EPOCH={} needs {}, which does not exist"
+                                    .format(begin_epoch, path))
+        return [path]
+    if not auto_resume:
+        return []
+    found = []
+    for (epoch, batches), path, is_step in list_checkpoints(prefix):
+        file_epoch = epoch if is_step else epoch - 1
+        if begin_epoch <= file_epoch < end_epoch:
+            found.append(path)
+    return found[::-1]
+
+
+@dataclass
+class ResumeInfo:
+    """What :func:`resume_training` restored: the file, the loop position and the keys loaded."""
+    path: str
+    state: TrainState
+    restored: List[str]
+
+
+def _train_state_of(ckpt, path, steps_per_epoch):
+    state = TrainState()
+    if "train_state" in ckpt:
+        state.load_state_dict(ckpt["train_state"])
+        return state
+    # A reference checkpoint: its name gives the epoch; steps counted as the reference did.
+    state.epoch = int(_EPOCH_FILE.search(path).group(1)) + 1
+    state.global_step = int(state.epoch * steps_per_epoch) if steps_per_epoch else 0
+    return state
+
+
+def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_scheduler=None,
+                    validation_monitor=None, steps_per_epoch=None):
+    """TRAIN.RESUME / TRAIN.AUTO_RESUME on every rank: restore the newest usable checkpoint.
+
+    Rank 0 picks the file (the newest one that reads; with AUTO_RESUME a corrupt file is
+    skipped with a warning) and tells the others, so all ranks load the same one; every rank
+    then restores model, optimizer, loss scaler, scheduler, validation monitor and its own RNG
+    state. Call it last before :func:`common.trainer.train`: anything drawing random numbers
+    in between breaks exactness.
+
+    Args:
+        prefix: ``{output folder}/{MODEL_PREFIX}``.
+        train_cfg: the ``TRAIN`` config node (RESUME, AUTO_RESUME, BEGIN_EPOCH, END_EPOCH).
+        steps_per_epoch: optimizer steps per epoch (``len(loader) / GRAD_ACCUMULATE_STEPS``),
+            used for ``global_step`` of a reference checkpoint, which does not store it.
+    Returns:
+        None when nothing was resumed, else :class:`ResumeInfo`; pass ``info.state`` as
+        ``train(..., state=...)``. Without ``'lr_scheduler'`` in ``info.restored`` (reference
+        checkpoints) rebuild the scheduler at ``last_epoch = info.state.global_step - 1``.
+    Raises:
+        FileNotFoundError, CheckpointError: TRAIN.RESUME and the file is absent or unusable;
+            a chosen checkpoint that does not fit the model.
+    """
+    path, ckpt = None, None
+    if cdist.is_main_process():
+        remove_stale_temp_files(prefix)
+        for candidate in find_resume_checkpoint(prefix, train_cfg.BEGIN_EPOCH, train_cfg.END_EPOCH,
+                                                train_cfg.RESUME, train_cfg.AUTO_RESUME):
+            try:
+                ckpt = load_checkpoint_file(candidate)
+            except CheckpointError as e:
+                if train_cfg.RESUME:
+                    raise
+                logger.warning("skipping unreadable checkpoint: %s", e)
+                continue
+            path = candidate
+            break
+    path = cdist.broadcast_object(path)
+    if path is None:
+        return None
+    if ckpt is None:
+        ckpt = load_checkpoint_file(path)
+    restored = restore_checkpoint(ckpt, model, optimizer, scaler, lr_scheduler, validation_monitor, source=path)
+    state = _train_state_of(ckpt, path, steps_per_epoch)
+    logger.info("Resumed from %s: epoch %d, batch %d, optimizer step %d", path, state.epoch,
+                state.epoch_batch, state.global_step)
+    return ResumeInfo(path, state, restored)
+
+
+# --------------------------------------------------------------------------------------------- #
+# Partial pretrain loading
+# --------------------------------------------------------------------------------------------- #
+@dataclass
+class PartialLoadReport:
+    """Keys (model names) loaded from the file, file keys with no place in the model, and model
+    keys left at their initial values."""
+    loaded: List[str] = field(default_factory=list)
+    unmatched: List[str] = field(default_factory=list)
+    not_loaded: List[str] = field(default_factory=list)
+
+
+def _strip_module(key):
+    return key[len("module."):] if key.startswith("module.") else key
+
+
+def parse_prefix_changes(prefix_changes):
+    """``["old->new", ...]`` (NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES) -> list of (old, new).
+
+    Raises:
+        ValueError: an entry without exactly one ``->``.
+    """
+    pairs = []
+    for entry in prefix_changes:
+        parts = entry.split("->")
+        if len(parts) != 2:
+            raise ValueError("NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES: expected 'old_prefix->new_prefix', "
+                             "got {!r}".format(entry))
+        pairs.append((parts[0], parts[1]))
+    return pairs
+
+
+def pretrain_state_for_finetune(state_dict, prefix_changes=(), segmb_init=False, load_rel_head=False,
+                                source="pretrain checkpoint"):
+    """Rename a pretraining state dict for a fine-tuning model, as the reference release did.
+
+    1. Each key takes the first prefix change whose old prefix it starts with (rules apply to
+       the raw keys, ``module.`` included), then loses any ``module.`` prefix.
+    2. ``load_rel_head`` and a relationship head in the file: the VCR classifier
+       ``final_mlp.1`` gets ``W[1:2] - W[0:1]`` and ``b[1:2] - b[0:1]`` of the 2-way
+       caption-image head (the logit difference of "matched" over "not matched").
+    3. ``segmb_init``: row 1 of the token-type embeddings copies row 0.
+
+    Args:
+        state_dict: the file's ``state_dict`` (any dtype, ``module.`` keys or not).
+    Returns:
+        dict of renamed fp32/int tensors.
+    Raises:
+        CheckpointError: ``segmb_init`` but no token-type embeddings after renaming.
+    """
+    rules = parse_prefix_changes(prefix_changes)
+    parsed = {}
+    for k, v in state_dict.items():
+        for old, new in rules:
+            if k.startswith(old):
+                k = new + k[len(old):]
+                break
+        parsed[_strip_module(k)] = v.float() if v.is_floating_point() else v
+    raw = {_strip_module(k): v for k, v in state_dict.items()}
+    if load_rel_head and REL_HEAD + ".weight" in raw:
+        for suffix in (".weight", ".bias"):
+            w = raw[REL_HEAD + suffix].float()
+            parsed[VCR_CLASSIFIER + suffix] = w[1:2] - w[0:1]
+    if segmb_init:
+        if TOKEN_TYPE_EMBEDDINGS not in parsed:
+            raise CheckpointError("NETWORK.PARTIAL_PRETRAIN_SEGMB_INIT: {} has no {} after the prefix changes"
+                                  .format(source, TOKEN_TYPE_EMBEDDINGS))
+        emb = parsed[TOKEN_TYPE_EMBEDDINGS].clone()
+        emb[1] = emb[0]
+        parsed[TOKEN_TYPE_EMBEDDINGS] = emb
+    return parsed
+
+
+def load_partial_pretrain(model, path, prefix_changes=(), segmb_init=False, load_rel_head=False, log=None):
+    """NETWORK.PARTIAL_PRETRAIN: copy the matching weights of a pretraining checkpoint into ``model``.
+
+    Keys are renamed by :func:`pretrain_state_for_finetune`; each one found in the model (with
+    or without ``module.``) is copied, cast to the model's dtype. The lists of loaded, unmatched
+    and initial-value keys are logged.
+
+    Returns:
+        PartialLoadReport.
+    Raises:
+        CheckpointError: not a checkpoint, or a matched key whose shape differs from the model's.
+    """
+    log = log or logger
+    source = load_checkpoint_file(path)["state_dict"]
+    parsed = pretrain_state_for_finetune(source, prefix_changes, segmb_init, load_rel_head, source=path)
+    target = model.state_dict()
+    report, update = PartialLoadReport(), {}
+    for k, v in parsed.items():
+        mk = _match_key(k, target)
+        if mk is None:
+            report.unmatched.append(k)
+            continue
+        if v.shape != target[mk].shape:
+            raise CheckpointError("{}: {} has shape {} in the checkpoint but {} in the model".format(
+                path, k, tuple(v.shape), tuple(target[mk].shape)))
+        update[mk] = v.to(target[mk].dtype)
+        report.loaded.append(mk)
+    report.not_loaded = [k for k in target if k not in update]
+    model.load_state_dict(update, strict=False)
+    log.info("[Partial Load] %s: loaded %d keys: %s", path, len(report.loaded), report.loaded)
+    log.info("[Partial Load] non matched keys: %s", report.unmatched)
+    log.info("[Partial Load] non pretrain keys (left at init): %s", report.not_loaded)
+    return report
