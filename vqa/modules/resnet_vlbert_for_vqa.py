@@ -1,0 +1,89 @@
+"""VL-BERT for VQA (paper section 4.3): classify the answer from the output at a [MASK] after the question."""
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from common.fast_rcnn import FastRCNN
+from common.visual_linguistic_bert import VisualLinguisticBert
+from common.vlbert_module import (VLBertModule, answer_classifier, collect_obj_reps, object_linguistic_embedding,
+                                  pack_text_pair)
+
+MLM_TRANSFORM_PREFIX = 'cls.predictions.transform.'
+
+
+class ResNetVLBERT(VLBertModule):
+    """Input ``[CLS] question [SEP] [MASK] [SEP]`` + RoIs; answer logits from the [MASK] position.
+
+    Batch (``vqa.data`` ``data_names``): ``image`` [B, 3, H, W]; ``boxes`` [B, N, 4] float pixels (padded
+    rows -2); ``im_info`` [B, 4+]; ``question`` [B, Lq] long word ids (0 = padding); ``label`` [B, A]
+    float soft scores (training only), A = ``DATASET.ANSWER_VOCAB_SIZE``.
+
+    ``train_forward(*batch) -> (outputs, loss)``, outputs: ``label_logits`` [B, A], ``label`` [B, A],
+    ``ans_loss`` (binary cross-entropy with the soft scores, summed over answers, averaged over the batch).
+    ``inference_forward(image, boxes, im_info, question) -> {'label_logits'}``.
+    """
+
+    def __init__(self, config):
+        super().__init__(config)
+        net = config.NETWORK
+        if net.VLBERT.object_word_embed_mode != 2:
+            raise ValueError("VQA needs NETWORK.VLBERT.object_word_embed_mode 2 (class-agnostic RoI embedding), "
+                             "got {}".format(net.VLBERT.object_word_embed_mode))
+        self.image_feature_extractor = FastRCNN(config, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
+                                                enable_cnn_reg_loss=net.ENABLE_CNN_REG_LOSS)
+        self.object_linguistic_embeddings = object_linguistic_embedding(net.VLBERT)
+        self.vlbert = VisualLinguisticBert(net.VLBERT, gradient_checkpointing=net.GRADIENT_CHECKPOINTING)
+        weights = self.language_weights()
+        if weights is not None:
+            self.report_unused(self.vlbert.load_language_pretrained(weights))
+        self.final_mlp = answer_classifier(net, config.DATASET.ANSWER_VOCAB_SIZE)
+        self.init_weight()
+        if net.CLASSIFIER_TYPE == 'mlm':
+            self._load_mlm_transform(weights)
+
+    def init_weight(self):
+        self.image_feature_extractor.init_weight()
+        self.object_linguistic_embeddings.weight.data.normal_(mean=0.0, std=0.02)
+
+    def _load_mlm_transform(self, weights):
+        transform = {k[len(MLM_TRANSFORM_PREFIX):]: v for k, v in (weights or {}).items()
+                     if k.startswith(MLM_TRANSFORM_PREFIX)}
+        if not transform:
+            warnings.warn("CLASSIFIER_TYPE 'mlm': no '{}*' weights in the pretrained BERT; the classifier transform "
+                          "stays randomly initialised".format(MLM_TRANSFORM_PREFIX))
+            return
+        self.final_mlp[0].load_state_dict(transform)
+
+    def _logits(self, image, boxes, im_info, question):
+        box_mask = boxes[:, :, 0] > -1.5
+        max_len = int(box_mask.sum(1).max())
+        box_mask, boxes = box_mask[:, :max_len], boxes[:, :max_len]
+        obj_reps = self.image_feature_extractor(images=image, boxes=boxes, box_mask=box_mask, im_info=im_info)
+        obj_reps = obj_reps['obj_reps']
+
+        question_tags = torch.zeros_like(question)
+        answer = question.new_full((question.shape[0], 1), self.special_ids['[MASK]'])
+        text_ids, text_types, text_tags, text_mask, answer_pos = pack_text_pair(
+            question, question_tags, question > 0.5, answer, torch.zeros_like(answer),
+            torch.ones_like(answer, dtype=torch.bool), self.special_ids['[CLS]'], self.special_ids['[SEP]'])
+        text_visual = collect_obj_reps(text_tags, obj_reps)
+        if self.config.NETWORK.NO_GROUNDING:
+            text_visual = torch.zeros_like(text_visual)
+        object_linguistic = self.object_linguistic_embeddings(box_mask.new_zeros(box_mask.shape, dtype=torch.long))
+        object_vl = torch.cat((obj_reps, object_linguistic.to(obj_reps.dtype)), -1)
+
+        hidden, _ = self.vlbert(text_ids, text_types, text_visual, text_mask, object_vl, box_mask,
+                                output_all_encoded_layers=False)
+        answer_states = hidden[torch.arange(hidden.shape[0], device=hidden.device), answer_pos]
+        return self.final_mlp(answer_states)
+
+    def train_forward(self, image, boxes, im_info, question, label):
+        logits = self._logits(image, boxes, im_info, question)
+        # Reference scaling: mean over batch and answers, times the number of answers.
+        ans_loss = F.binary_cross_entropy_with_logits(logits, label.to(logits.dtype)) * label.shape[1]
+        outputs = {'label_logits': logits, 'label': label, 'ans_loss': ans_loss}
+        return outputs, ans_loss.mean()
+
+    def inference_forward(self, image, boxes, im_info, question):
+        return {'label_logits': self._logits(image, boxes, im_info, question)}
