@@ -92,6 +92,11 @@ def test_build_transforms_from_cfg():
     assert not T.build_transforms(cfg, "val")(_sample())["flipped"]
     with pytest.raises(ValueError, match="mode must be"):
         T.build_transforms(cfg, "eval")
+    cfg.SCALES = ()
+    assert T.build_transforms(cfg, "val")(_sample(w=8, h=4))["image"].shape == (3, 4, 8)
+    cfg.SCALES = (600,)
+    with pytest.raises(ValueError, match="SCALES must be"):
+        T.build_transforms(cfg, "val")
 
 
 def test_load_image_rgb_and_exif(tmp_path):

@@ -180,18 +180,19 @@ def build_transforms(cfg, mode="train"):
     """The reference's pipeline from config: Resize(SCALES) -> flip -> ToTensor -> Normalize.
 
     Args:
-        cfg: CfgNode with ``SCALES``, ``NETWORK.PIXEL_MEANS / PIXEL_STDS`` and
-            ``TRAIN / VAL / TEST.FLIP_PROB``.
+        cfg: CfgNode with ``SCALES`` (``()`` keeps the original size),
+            ``NETWORK.PIXEL_MEANS / PIXEL_STDS`` and ``TRAIN / VAL / TEST.FLIP_PROB``.
         mode: ``'train'``, ``'val'`` or ``'test'`` (selects the FLIP_PROB).
+    Raises:
+        ValueError: unknown mode, or SCALES not empty and not a pair.
     """
     if mode not in ("train", "val", "test"):
         raise ValueError("mode must be 'train', 'val' or 'test', got {!r}".format(mode))
-    if len(cfg.SCALES) != 2:
-        raise ValueError("SCALES must be (short side, max long side), got {!r}".format(cfg.SCALES))
-    flip_prob = cfg[mode.upper()].FLIP_PROB
-    return Compose([
-        Resize(cfg.SCALES[0], cfg.SCALES[1]),
-        RandomHorizontalFlip(flip_prob),
+    if len(cfg.SCALES) not in (0, 2):
+        raise ValueError("SCALES must be (short side, max long side) or empty, got {!r}".format(cfg.SCALES))
+    resize = [Resize(cfg.SCALES[0], cfg.SCALES[1])] if cfg.SCALES else []
+    return Compose(resize + [
+        RandomHorizontalFlip(cfg[mode.upper()].FLIP_PROB),
         ToTensor(),
         Normalize(cfg.NETWORK.PIXEL_MEANS, cfg.NETWORK.PIXEL_STDS, to_bgr255=True),
     ])

@@ -16,6 +16,7 @@ from pytorch_pretrained_bert import BasicTokenizer
 from torch.utils.data import Dataset
 
 from common.data.io import load_image, load_json
+from common.data.tokenizer import build_tokenizer
 from common.data.transforms import clip_boxes_
 
 PREPARE_DOC = "data/PREPARE_DATA.md"
@@ -172,6 +173,25 @@ class VCRDataset(Dataset):
         self.seq_len = seq_len
         self.annotations = self._load_annotations()
         self._group_ids = None
+
+    @classmethod
+    def from_config(cls, cfg, mode, transform=None):
+        """Dataset of split ``mode`` ('train' / 'val' / 'test') from the reference's config keys
+        (``DATASET.*``, ``NETWORK.BERT_MODEL_NAME``); ``test`` is unlabelled.
+
+        Raises:
+            FileNotFoundError: one message listing every missing data path (data folder,
+                annotation file, image set folder or zip) and pointing to ``data/PREPARE_DATA.md``;
+                or the BERT folder lacks ``vocab.txt``.
+        """
+        d = cfg.DATASET
+        ann_file = d["{}_ANNOTATION_FILE".format(mode.upper())]
+        image_set = d["{}_IMAGE_SET".format(mode.upper())]
+        check_data_paths(d.DATASET_PATH, [(ann_file, image_set)], d.ZIP_MODE)
+        return cls(ann_file, image_set, d.DATASET_PATH, build_tokenizer(cfg.NETWORK.BERT_MODEL_NAME),
+                   transform=transform, task=d.TASK, test_mode=mode == "test", zip_mode=d.ZIP_MODE,
+                   only_use_relevant_dets=d.ONLY_USE_RELEVANT_DETS, add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX,
+                   mask_size=(d.MASK_SIZE, d.MASK_SIZE), basic_align=d.BASIC_ALIGN, qa2r_noq=d.QA2R_NOQ)
 
     # ------------------------------------------------------------------ annotations
     def _required_fields(self):
@@ -435,6 +455,29 @@ class VCRDataset(Dataset):
             fields["rationale_choices"] = [r for r, _ in r_rows]
             fields["rationale_align_matrix"] = [m for _, m in r_rows]
         return fields
+
+
+def check_data_paths(data_path, splits, zip_mode):
+    """Raise one FileNotFoundError listing everything missing for ``splits``.
+
+    Args:
+        data_path (str): ``DATASET.DATASET_PATH``.
+        splits (list of (annotation file, image set)): as named in the config.
+        zip_mode (bool): image sets are ``{image_set}.zip`` archives.
+    """
+    if not os.path.isdir(data_path):
+        missing = ["DATASET.DATASET_PATH '{}' (folder)".format(data_path)]
+    else:
+        missing = []
+        for ann_file, image_set in splits:
+            ann = os.path.join(data_path, ann_file)
+            images = os.path.join(data_path, image_set + ".zip" if zip_mode else image_set)
+            for path, ok in ((ann, os.path.isfile(ann)), (images, os.path.exists(images))):
+                if not ok and path not in missing:
+                    missing.append(path)
+    if missing:
+        raise FileNotFoundError("VCR data not found: missing {}. See {} for how to get and lay out VCR.".format(
+            ", ".join(missing), PREPARE_DOC))
 
 
 def _as_rows(rows):

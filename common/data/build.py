@@ -1,0 +1,78 @@
+"""One data builder for every task: dataset -> sampler -> batch sampler -> DataLoader.
+
+A task registers its dataset class under the ``DATASET.DATASET`` name it answers to
+(``register_dataset('vcr', VCRDataset)``, done by importing ``vcr.data``). The class
+provides ``from_config(cfg, mode, transform)`` and ``data_names``; everything else here is
+shared (maskrcnn-benchmark ``data/build.py`` has the same shape).
+"""
+import torch
+from torch.utils.data import DataLoader
+
+from .collate import BatchCollator
+from .samplers import make_batch_sampler
+from .transforms import build_transforms
+
+_DATASETS = {}
+MODES = ("train", "val", "test")
+
+
+def register_dataset(name, cls):
+    """Make ``cls`` the dataset of ``DATASET.DATASET == name``; ValueError on a second one."""
+    if name in _DATASETS and _DATASETS[name] is not cls:
+        raise ValueError("dataset '{}' is already registered as {}".format(name, _DATASETS[name].__name__))
+    _DATASETS[name] = cls
+    return cls
+
+
+def build_dataset(cfg, mode):
+    """The registered dataset of ``cfg.DATASET.DATASET`` for ``mode``, with the config's transforms.
+
+    Raises:
+        KeyError: unknown dataset name (the message lists the registered ones).
+    """
+    if mode not in MODES:
+        raise ValueError("mode must be one of {}, got {!r}".format(MODES, mode))
+    name = cfg.DATASET.DATASET
+    if name not in _DATASETS:
+        raise KeyError("DATASET.DATASET '{}' is not a registered dataset; known: {} (import the task's data "
+                       "package, e.g. vcr.data, to register it)".format(name, ", ".join(sorted(_DATASETS)) or "(none)"))
+    return _DATASETS[name].from_config(cfg, mode, build_transforms(cfg, mode))
+
+
+def _batch_size(cfg, mode):
+    size = cfg[mode.upper()].BATCH_IMAGES
+    if isinstance(size, (list, tuple)):
+        raise ValueError("{}.BATCH_IMAGES is a list ({}): one entry per data set is for the multi-task "
+                         "pretraining loader, not a single data set".format(mode.upper(), list(size)))
+    return int(size)
+
+
+def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
+    """DataLoader of one rank for ``mode``.
+
+    Per process: ``{MODE}.BATCH_IMAGES`` samples per batch and ``NUM_WORKERS_PER_GPU``
+    workers (one process per device, as the reference's distributed mode). Training uses
+    ``TRAIN.SHUFFLE`` seeded by ``max(RNG_SEED, 0)`` (call ``loader.batch_sampler.set_epoch``
+    every epoch and ``.skip(n)`` to resume mid-epoch) and ``TRAIN.ASPECT_GROUPING``;
+    evaluation shards the data without padding so each sample is seen once.
+
+    Args:
+        cfg: frozen CfgNode of the task.
+        mode: ``'train'``, ``'val'`` or ``'test'``.
+        world_size, rank: data-parallel layout.
+        dataset: use this dataset instead of building one from ``cfg``.
+    Returns:
+        ``torch.utils.data.DataLoader`` yielding tuples in ``dataset.data_names`` order
+        (plus the in-batch index when ``DATASET.APPEND_INDEX``).
+    """
+    if dataset is None:
+        dataset = build_dataset(cfg, mode)
+    is_train = mode == "train"
+    batch_sampler = make_batch_sampler(
+        dataset, _batch_size(cfg, mode), is_train, world_size=world_size, rank=rank,
+        shuffle=cfg.TRAIN.SHUFFLE if is_train else False,
+        aspect_grouping=is_train and cfg.TRAIN.ASPECT_GROUPING, seed=max(cfg.RNG_SEED, 0))
+    workers = cfg.NUM_WORKERS_PER_GPU
+    return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers,
+                      collate_fn=BatchCollator(dataset.data_names, append_ind=cfg.DATASET.APPEND_INDEX),
+                      pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
