@@ -269,7 +269,7 @@ class _Loop:
 
     def _log(self, epoch, nbatch, n, group_loss, bar):
         """Scalars at a log point. ``metrics.get()`` runs on every rank: it may all-reduce."""
-        values = dict(zip(*self.metrics.get())) if self.metrics is not None else {}
+        values = dict(self.metrics.get_name_value()) if self.metrics is not None else {}
         now = time.perf_counter()
         speed = self.samples * self.world_size / max(now - self.tic, 1e-9)
         self.samples, self.tic = 0, now

@@ -1,0 +1,74 @@
+"""Epoch-end validation: run the task's validation function, track the best host metric."""
+import logging
+
+import torch.distributed as dist
+
+logger = logging.getLogger(__name__)
+
+
+def _is_main() -> bool:
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+class ValidationMonitor:
+    """Calls ``val_func(net, val_loader, metrics, label_index_in_batch)`` after each epoch.
+
+    Keeps the best value of ``host_metric_name`` (higher is better, as in the reference) and
+    its epoch; ``state_dict()`` holds ``best_epoch`` / ``best_val`` (the reference checkpoint's
+    ``validation_monitor`` entry). ``host_value`` is the last validation's host metric (what a
+    plateau schedule steps on). Metrics are global when they all-reduce, so every rank agrees;
+    lines and scalars are written by rank 0 only.
+
+    Raises (on call):
+        KeyError: the metrics do not report ``host_metric_name``.
+    """
+
+    def __init__(self, val_func, val_loader, metrics, host_metric_name: str = "Acc", label_index_in_batch: int = -1):
+        self.val_func = val_func
+        self.val_loader = val_loader
+        self.metrics = metrics
+        self.host_metric_name = host_metric_name
+        self.label_index_in_batch = label_index_in_batch
+        self.best_epoch = -1
+        self.best_val = -1.0
+        self.host_value = float("nan")
+
+    def state_dict(self) -> dict:
+        return {"best_epoch": self.best_epoch, "best_val": self.best_val}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore :meth:`state_dict`.
+
+        Raises:
+            KeyError: ``best_epoch`` or ``best_val`` missing.
+        """
+        for key in ("best_epoch", "best_val"):
+            if key not in state_dict:
+                raise KeyError("validation monitor state misses {!r} (has {})".format(key, sorted(state_dict)))
+        self.best_epoch = int(state_dict["best_epoch"])
+        self.best_val = float(state_dict["best_val"])
+
+    def __call__(self, epoch: int, net, optimizer, writer) -> None:
+        self.val_func(net, self.val_loader, self.metrics, self.label_index_in_batch)
+        values = dict(self.metrics.get_name_value())
+        if self.host_metric_name not in values:
+            raise KeyError("validation metrics report {}, not the host metric {!r}"
+                           .format(sorted(values), self.host_metric_name))
+        self.host_value = values[self.host_metric_name]
+        improved = self.host_value > self.best_val
+        if improved:
+            self.best_epoch, self.best_val = epoch, self.host_value
+        if not _is_main():
+            return
+        if improved:
+            _log("New Best Val {}: {}, Epoch: {}".format(self.host_metric_name, self.best_val, self.best_epoch))
+        _log("Epoch[{:d}] \tVal-".format(epoch) + "".join("{}={:f},\t".format(n, v) for n, v in values.items()))
+        _log("Best Val {}: {}, Epoch: {}".format(self.host_metric_name, self.best_val, self.best_epoch))
+        if writer is not None:
+            for name, value in values.items():
+                writer.add_scalar("Val-" + name, value, epoch + 1)
+
+
+def _log(line: str) -> None:
+    logger.info(line)
+    print(line)
