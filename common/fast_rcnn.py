@@ -206,7 +206,9 @@ class FastRCNN(nn.Module):
             loss = F.cross_entropy(logits.float(), labels, reduction="sum") / max(len(labels), 1)
             outputs.update(obj_logits=logits, obj_labels=labels, cnn_regularization_loss=loss[None])
 
-        visual = feats if self.object_embed is None else torch.cat((feats, self.object_embed(labels).to(feats.dtype)), -1)
+        visual = feats
+        if self.object_embed is not None:
+            visual = torch.cat((feats, self.object_embed(labels).to(feats.dtype)), -1)
         if mvrc_ops is not None and mask_visual_embed is not None:
             masked = (mvrc_ops[batch_idx, box_idx] == 1)[:, None]
             visual = torch.where(masked, mask_visual_embed.to(visual.dtype), visual)

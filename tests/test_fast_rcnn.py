@@ -91,6 +91,10 @@ def test_vcr_base_keys_and_shapes():
                      enable_cnn_reg_loss=net.ENABLE_CNN_REG_LOSS and not net.CNN_LOSS_TOP)
     ours = {k: list(v.shape) for k, v in model.state_dict().items()}
     assert ours == expected
+    # Frozen BN keeps weight / bias as parameters: the count equals the reference's (head.0 is res5 again).
+    buffers = ("running_mean", "running_var", "num_batches_tracked")
+    count = sum(math.prod(v) for k, v in expected.items() if not k.endswith(buffers) and not k.startswith("head."))
+    assert sum(p.numel() for p in model.parameters()) == count
     # res5 is one module seen under two names, as in the reference.
     assert model.head[0] is model.roi_head_feature_extractor
 
