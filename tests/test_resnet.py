@@ -11,6 +11,11 @@ from common.backbone import (FrozenBatchNorm2d, build_resnet, convert_frozen_bat
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)  # torchvision's weight init draws from the global generator
+
+
 def _random_stats(module, generator):
     """Give every (frozen) BN non-trivial statistics and affine parameters."""
     with torch.no_grad():
@@ -55,7 +60,7 @@ def test_stride_in_1x1_block_value():
     with torch.no_grad():
         out = block(x)
     assert out.shape == (2, 512, 5, 6)
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("depth", [18, 50])
@@ -139,7 +144,8 @@ def test_convert_frozen_batchnorm_keeps_eval_output():
         frozen = convert_frozen_batchnorm(trunk).train()
         out = frozen(x)
     assert not any(isinstance(m, nn.BatchNorm2d) for m in frozen.modules())
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    # Same maths, different rounding (fused batch_norm vs scale-and-shift): |out| is ~20 here.
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
 
 
 def test_frozen_stages_do_not_change():
