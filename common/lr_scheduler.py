@@ -1,0 +1,131 @@
+"""LR schedules from ``TRAIN.*``: ``step`` and ``triangle`` with warmup, and ``plateau``.
+
+Schedules count optimizer updates. The trainer runs ``ceil(batches / GRAD_ACCUMULATE_STEPS)``
+updates per epoch (a last short group is stepped too), so epoch boundaries in the config
+(``LR_STEP``, ``END_EPOCH``) become ``epoch x updates_per_epoch`` steps. The reference computed
+``int(epoch x batches / k)``; both agree when k divides the batches per epoch.
+
+The trainer steps a schedule after each applied optimizer step, so update number ``s``
+(0-based, counted over the whole run) uses ``base_lr x factor(s)``.
+"""
+import math
+from bisect import bisect_right
+
+import torch
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+
+SCHEDULES = ("step", "triangle", "plateau")
+WARMUP_METHODS = ("constant", "linear")
+
+
+def updates_per_epoch(batches_per_epoch: int, grad_accumulate_steps: int) -> int:
+    """Optimizer updates the trainer makes in an epoch of ``batches_per_epoch`` micro-batches."""
+    return math.ceil(batches_per_epoch / grad_accumulate_steps)
+
+
+class _ClosedFormLR(LRScheduler):
+    """A schedule given as ``factor(step)``: LR of group i = ``base_lrs[i] * factor(last_epoch)``."""
+
+    def factor(self, step: int) -> float:
+        raise NotImplementedError
+
+    def get_lr(self):
+        f = self.factor(self.last_epoch)
+        return [base_lr * f for base_lr in self.base_lrs]
+
+
+class WarmupMultiStepLR(_ClosedFormLR):
+    """Warmup, then the LR times ``gamma`` at each milestone (maskrcnn-benchmark's schedule):
+
+        factor(s) = w(s) * gamma ** (number of milestones <= s)
+        w(s) = warmup_factor                                    'constant', s < warmup_iters
+             = warmup_factor * (1 - s / warmup_iters) + s / warmup_iters   'linear', s < warmup_iters
+             = 1                                                otherwise
+
+    Args:
+        milestones: increasing optimizer-step indices.
+        last_epoch: index of the last update done (-1: fresh start; ``begin_step - 1`` to start
+            at ``begin_step``, which needs ``initial_lr`` in the param groups).
+
+    Raises:
+        ValueError: milestones not increasing, unknown warmup method.
+    """
+
+    def __init__(self, optimizer, milestones, gamma=0.1, warmup_factor=1.0 / 3, warmup_iters=500,
+                 warmup_method="linear", last_epoch=-1):
+        milestones = list(milestones)
+        if milestones != sorted(milestones):
+            raise ValueError("TRAIN.LR_STEP must be increasing, got milestones {}".format(milestones))
+        if warmup_method not in WARMUP_METHODS:
+            raise ValueError("TRAIN.WARMUP_METHOD: expected one of {}, got {!r}".format(WARMUP_METHODS, warmup_method))
+        self.milestones = milestones
+        self.gamma = gamma
+        self.warmup_factor = warmup_factor
+        self.warmup_iters = warmup_iters
+        self.warmup_method = warmup_method
+        super().__init__(optimizer, last_epoch)
+
+    def factor(self, step):
+        warmup = 1.0
+        if step < self.warmup_iters:
+            if self.warmup_method == "constant":
+                warmup = self.warmup_factor
+            else:
+                alpha = step / self.warmup_iters
+                warmup = self.warmup_factor * (1 - alpha) + alpha
+        return warmup * self.gamma ** bisect_right(self.milestones, step)
+
+
+class WarmupLinearLR(_ClosedFormLR):
+    """BERT's triangle: linear from 0 to 1 over ``warmup_steps``, then linear to 0 at ``total_steps``:
+
+        factor(s) = s / max(1, warmup_steps)                                    s < warmup_steps
+                  = max(0, (total_steps - s) / max(1, total_steps - warmup_steps))  otherwise
+    """
+
+    def __init__(self, optimizer, warmup_steps, total_steps, last_epoch=-1):
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        super().__init__(optimizer, last_epoch)
+
+    def factor(self, step):
+        if step < self.warmup_steps:
+            return step / max(1, self.warmup_steps)
+        return max(0.0, (self.total_steps - step) / max(1, self.total_steps - self.warmup_steps))
+
+
+def build_lr_scheduler(config, optimizer: torch.optim.Optimizer, batches_per_epoch: int, begin_step: int = None):
+    """The schedule ``TRAIN.LR_SCHEDULE`` names, positioned at ``begin_step``.
+
+    Args:
+        batches_per_epoch: ``len(train_loader)`` (micro-batches per epoch on one rank).
+        begin_step: first optimizer update to run; default ``BEGIN_EPOCH x updates_per_epoch``.
+            A resumed run may instead load the scheduler's state dict.
+
+    Returns:
+        ``WarmupMultiStepLR`` ('step': milestones ``int(e x updates_per_epoch)`` for e in LR_STEP,
+        warmup WARMUP_STEPS if WARMUP), ``WarmupLinearLR`` ('triangle': warmup WARMUP_STEPS if
+        WARMUP, zero at END_EPOCH) or ``ReduceLROnPlateau`` ('plateau': the reference's settings,
+        mode max, factor LR_FACTOR, patience 1, cooldown 2, rel. threshold 1e-4).
+
+    Raises:
+        ValueError: unknown ``TRAIN.LR_SCHEDULE`` / ``WARMUP_METHOD``, decreasing ``LR_STEP``.
+    """
+    train = config.TRAIN
+    per_epoch = updates_per_epoch(batches_per_epoch, train.GRAD_ACCUMULATE_STEPS)
+    if begin_step is None:
+        begin_step = int(train.BEGIN_EPOCH * per_epoch)
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])
+    warmup_steps = train.WARMUP_STEPS if train.WARMUP else 0
+    if train.LR_SCHEDULE == "plateau":
+        return ReduceLROnPlateau(optimizer, mode="max", factor=train.LR_FACTOR, patience=1, threshold=1e-4,
+                                 threshold_mode="rel", cooldown=2, min_lr=0, eps=1e-8)
+    if train.LR_SCHEDULE == "triangle":
+        return WarmupLinearLR(optimizer, warmup_steps, total_steps=int(train.END_EPOCH * per_epoch),
+                              last_epoch=begin_step - 1)
+    if train.LR_SCHEDULE == "step":
+        return WarmupMultiStepLR(optimizer, [int(e * per_epoch) for e in train.LR_STEP], gamma=train.LR_FACTOR,
+                                 warmup_factor=train.WARMUP_FACTOR, warmup_iters=warmup_steps,
+                                 warmup_method=train.WARMUP_METHOD, last_epoch=begin_step - 1)
+    raise ValueError("TRAIN.LR_SCHEDULE: expected one of {}, got {!r}".format(SCHEDULES, train.LR_SCHEDULE))

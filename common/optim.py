@@ -1,0 +1,129 @@
+"""Optimizers from ``TRAIN.*``: the reference's LR scaling rule, LR_MULT param groups, SGD/Adam/AdamW."""
+import math
+from typing import List
+
+import torch
+
+OPTIMIZERS = ("SGD", "Adam", "AdamW")
+
+
+def images_per_step(config, world_size: int) -> int:
+    """Samples in one optimizer step over all ranks:
+    ``BATCH_IMAGES`` (summed over data sets if a list) x world size x ``GRAD_ACCUMULATE_STEPS``."""
+    per_rank = config.TRAIN.BATCH_IMAGES
+    per_rank = sum(per_rank) if isinstance(per_rank, (list, tuple)) else per_rank
+    return per_rank * world_size * config.TRAIN.GRAD_ACCUMULATE_STEPS
+
+
+def param_groups(model: torch.nn.Module, lr_mult, base_lr: float) -> List[dict]:
+    """One group per ``[name_substring, mult]`` of ``lr_mult`` (LR ``base_lr * mult``), in order,
+    then one group (LR ``base_lr``) for every other parameter.
+
+    Like the reference, groups hold all parameters, frozen ones included, so optimizer state
+    dicts line up with the reference's. A parameter whose name holds several substrings goes to
+    the first matching group (the reference would fail on the duplicate).
+
+    Raises:
+        ValueError: an entry that is not a ``[str, number]`` pair (``TRAIN.LR_MULT``).
+    """
+    for entry in lr_mult:
+        if len(entry) != 2 or not isinstance(entry[0], str) or isinstance(entry[1], str):
+            raise ValueError("TRAIN.LR_MULT entries must be [name_substring, multiplier], got {!r}".format(entry))
+    groups = [{"params": [], "lr": base_lr * float(mult)} for _, mult in lr_mult]
+    rest = {"params": [], "lr": base_lr}
+    for name, p in model.named_parameters():
+        index = next((i for i, (key, _) in enumerate(lr_mult) if key in name), None)
+        (rest if index is None else groups[index])["params"].append(p)
+    return groups + [rest]
+
+
+class BertAdamW(torch.optim.Optimizer):
+    """Adam with decoupled weight decay, as in the BERT code the reference release trained with
+    (pytorch-pretrained-bert / HuggingFace ``AdamW``, ``correct_bias=True``):
+
+        m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
+        p -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)     (bias correction on)
+        p -= lr * wd * p                                                  (after the Adam update)
+
+    ``torch.optim.AdamW`` is not the same update: it adds eps to the bias-corrected
+    ``sqrt(v / (1 - b2^t))`` (an eps 1/sqrt(1 - b2^t) times smaller, 32x at t=1) and decays the
+    weights before the Adam update. State keys (``step`` int, ``exp_avg``, ``exp_avg_sq``) equal
+    the reference's, so its optimizer checkpoints load.
+
+    Raises:
+        ValueError: negative lr/eps or betas outside [0, 1).
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, correct_bias=True):
+        if lr < 0.0 or eps < 0.0 or not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError("AdamW: need lr >= 0, eps >= 0, 0 <= betas < 1; got lr={}, eps={}, betas={}"
+                             .format(lr, eps, betas))
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      correct_bias=correct_bias))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params, grads, exp_avgs, exp_avg_sqs, step_sizes = [], [], [], [], []
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("AdamW does not support sparse gradients")
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                step_size = group["lr"]
+                if group["correct_bias"]:
+                    step_size *= math.sqrt(1.0 - beta2 ** state["step"]) / (1.0 - beta1 ** state["step"])
+                params.append(p)
+                grads.append(p.grad)
+                exp_avgs.append(state["exp_avg"])
+                exp_avg_sqs.append(state["exp_avg_sq"])
+                step_sizes.append(-step_size)
+            if not params:
+                continue
+            torch._foreach_mul_(exp_avgs, beta1)
+            torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
+            torch._foreach_mul_(exp_avg_sqs, beta2)
+            torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+            denom = torch._foreach_sqrt(exp_avg_sqs)
+            torch._foreach_add_(denom, group["eps"])
+            torch._foreach_addcdiv_(params, exp_avgs, denom, step_sizes)
+            if group["weight_decay"] > 0.0:
+                torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
+        return loss
+
+
+def build_optimizer(config, model: torch.nn.Module, world_size: int = 1) -> torch.optim.Optimizer:
+    """The reference's optimizer for ``config.TRAIN``.
+
+    Base LR = ``TRAIN.LR x images_per_step(config, world_size)``; ``TRAIN.LR_MULT`` groups;
+    ``SGD`` (MOMENTUM, WD), ``Adam`` (WD as L2, torch defaults otherwise) or ``AdamW``
+    (:class:`BertAdamW`: betas (0.9, 0.999), eps 1e-6, WD, bias correction).
+
+    Args:
+        model: the model (DDP-wrapped or not: names are matched by substring).
+        world_size: number of training processes.
+
+    Raises:
+        ValueError: unknown ``TRAIN.OPTIMIZER`` or bad ``TRAIN.LR_MULT``.
+    """
+    train = config.TRAIN
+    base_lr = train.LR * images_per_step(config, world_size)
+    groups = param_groups(model, train.LR_MULT, base_lr)
+    if train.OPTIMIZER == "SGD":
+        return torch.optim.SGD(groups, lr=base_lr, momentum=train.MOMENTUM, weight_decay=train.WD)
+    if train.OPTIMIZER == "Adam":
+        return torch.optim.Adam(groups, lr=base_lr, weight_decay=train.WD)
+    if train.OPTIMIZER == "AdamW":
+        return BertAdamW(groups, lr=base_lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=train.WD, correct_bias=True)
+    raise ValueError("TRAIN.OPTIMIZER: expected one of {}, got {!r}".format(OPTIMIZERS, train.OPTIMIZER))

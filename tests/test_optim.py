@@ -1,0 +1,102 @@
+"""common.optim: LR scaling rule, LR_MULT groups, SGD/Adam/BERT AdamW."""
+import math
+
+import pytest
+import torch
+
+from common.optim import BertAdamW, build_optimizer, images_per_step, param_groups
+from vcr.function.config import load_config
+
+
+def _cfg(**train):
+    cfg = load_config(None).clone()
+    cfg.defrost()
+    for key, value in train.items():
+        setattr(cfg.TRAIN, key, value)
+    return cfg
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.vlbert = torch.nn.Linear(3, 4)
+        self.final_mlp = torch.nn.Linear(4, 2)
+        self.frozen = torch.nn.Parameter(torch.zeros(2), requires_grad=False)
+
+
+def test_images_per_step_and_base_lr():
+    assert images_per_step(_cfg(BATCH_IMAGES=4, GRAD_ACCUMULATE_STEPS=2), world_size=8) == 64
+    assert images_per_step(_cfg(BATCH_IMAGES=[2, 3], GRAD_ACCUMULATE_STEPS=1), world_size=2) == 10
+    opt = build_optimizer(_cfg(LR=1e-3, BATCH_IMAGES=4, GRAD_ACCUMULATE_STEPS=4, OPTIMIZER="SGD"), Net(), 2)
+    assert opt.param_groups[-1]["lr"] == pytest.approx(1e-3 * 32)
+
+
+def test_lr_mult_groups_in_order_first_match_wins():
+    net = Net()
+    groups = param_groups(net, [["final_mlp", 10.0], ["mlp.bias", 0.5]], base_lr=0.1)
+    assert [g["lr"] for g in groups] == pytest.approx([1.0, 0.05, 0.1])
+    assert groups[0]["params"] == [net.final_mlp.weight, net.final_mlp.bias]
+    assert groups[1]["params"] == []
+    assert groups[2]["params"] == [net.frozen, net.vlbert.weight, net.vlbert.bias]  # frozen too, like the reference
+    with pytest.raises(ValueError, match="TRAIN.LR_MULT"):
+        param_groups(net, [["final_mlp"]], base_lr=0.1)
+
+
+def test_build_sgd_adam_and_unknown():
+    sgd = build_optimizer(_cfg(OPTIMIZER="SGD", MOMENTUM=0.8, WD=0.01, LR=0.5, BATCH_IMAGES=1), Net())
+    assert isinstance(sgd, torch.optim.SGD)
+    assert (sgd.defaults["momentum"], sgd.defaults["weight_decay"], sgd.defaults["lr"]) == (0.8, 0.01, 0.5)
+    adam = build_optimizer(_cfg(OPTIMIZER="Adam", WD=0.01), Net())
+    assert isinstance(adam, torch.optim.Adam) and adam.defaults["weight_decay"] == 0.01
+    adamw = build_optimizer(_cfg(OPTIMIZER="AdamW", WD=0.01), Net())
+    assert isinstance(adamw, BertAdamW)
+    assert (adamw.defaults["betas"], adamw.defaults["eps"], adamw.defaults["correct_bias"]) == ((0.9, 0.999), 1e-6, True)
+    with pytest.raises(ValueError, match="TRAIN.OPTIMIZER"):
+        build_optimizer(_cfg(OPTIMIZER="LAMB"), Net())
+
+
+def _bert_adamw_reference(p, grads, lr, wd, betas=(0.9, 0.999), eps=1e-6):
+    """The BERT AdamW update written out element by element, one step per gradient."""
+    m, v = torch.zeros_like(p), torch.zeros_like(p)
+    p = p.clone().double()
+    for t, g in enumerate(grads, 1):
+        g = g.double()
+        m = betas[0] * m + (1 - betas[0]) * g
+        v = betas[1] * v + (1 - betas[1]) * g * g
+        step = lr * math.sqrt(1 - betas[1] ** t) / (1 - betas[0] ** t)
+        p = p - step * m / (v.sqrt() + eps)
+        p = p - lr * wd * p
+    return p
+
+
+def test_bert_adamw_matches_the_bert_update_and_not_torch_adamw():
+    torch.manual_seed(0)
+    p0 = torch.randn(5, 3)
+    grads = [torch.randn(5, 3) * 1e-3 for _ in range(6)]
+    ours = torch.nn.Parameter(p0.clone())
+    theirs = torch.nn.Parameter(p0.clone())
+    opt = BertAdamW([ours], lr=1e-2, weight_decay=0.1)
+    torch_opt = torch.optim.AdamW([theirs], lr=1e-2, weight_decay=0.1, eps=1e-6)
+    for g in grads:
+        ours.grad, theirs.grad = g.clone(), g.clone()
+        opt.step()
+        torch_opt.step()
+    expected = _bert_adamw_reference(p0, grads, lr=1e-2, wd=0.1)
+    torch.testing.assert_close(ours.detach().double(), expected, rtol=1e-6, atol=1e-7)
+    assert (theirs.detach().double() - expected).abs().max() > 1e-5  # different update: not used
+    state = opt.state_dict()["state"][0]
+    assert state["step"] == 6 and set(state) == {"step", "exp_avg", "exp_avg_sq"}
+
+
+def test_bert_adamw_state_round_trip_and_skips_params_without_grad():
+    a, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    opt = BertAdamW([a, b], lr=0.1)
+    a.grad = torch.ones(2)
+    opt.step()
+    assert torch.equal(b.detach(), torch.ones(2)) and b not in opt.state
+    clone = BertAdamW([torch.nn.Parameter(a.detach().clone()), torch.nn.Parameter(torch.ones(2))], lr=0.1)
+    clone.load_state_dict(opt.state_dict())
+    assert clone.state_dict()["state"][0]["step"] == 1
+    with pytest.raises(ValueError, match="betas"):
+        BertAdamW([a], betas=(1.0, 0.999))
