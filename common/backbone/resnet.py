@@ -152,9 +152,9 @@ def _move_stride_to_1x1(stage):
 
 def _dilate(stage, dilation):
     first = stage[0]
-    for conv in (first.conv1, first.conv2, first.downsample[0] if first.downsample is not None else None):
-        if conv is not None:
-            _set_conv(conv, stride=1)
+    strided = [first.conv1, first.conv2] + ([first.downsample[0]] if first.downsample is not None else [])
+    for conv in strided:
+        _set_conv(conv, stride=1)
     for block in stage:
         for conv in block.modules():
             if isinstance(conv, nn.Conv2d) and conv.kernel_size == (3, 3):
