@@ -273,7 +273,7 @@ REAL = {
         ("When was this photo taken ?",
          ["At dusk , just after sunset .", "At noon .", "In the middle of a sunny morning .",
           "During a snow storm ."],
-         ["The sky is deep blue with some light near the horizon and the lamps are on .",
+         ["The sky above [0] is deep blue with some light near the horizon and the lamps are on .",
           "The sun is high and the sky is white .", "The shadows are long and the sky is bright .",
           "Snowflakes fill the air ."]),
     ]),
