@@ -31,7 +31,7 @@ import yaml
 from common import distributed as cdist
 from common.trainer import TrainState
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("vlbert.checkpoint")  # a child of the training logger (common.cli)
 
 # Pretraining relationship head (the reference's spelling) and the VCR classifier it becomes.
 REL_HEAD = "vlbert.relationsip_head.caption_image_relationship"
