@@ -37,7 +37,8 @@ class ResNetVLBERT(VLBertModule):
             raise ValueError("NETWORK.FOR_MASK_VL_MODELING_PRETRAIN is not supported for VCR (nor in the reference)")
         if net.ANSWER_FIRST and net.QA_ONE_SENT:
             raise ValueError("NETWORK.ANSWER_FIRST with NETWORK.QA_ONE_SENT is not supported (nor in the reference)")
-        self.enable_cnn_reg_loss = net.ENABLE_CNN_REG_LOSS
+        # Blind models have no RoI features to regularise.
+        self.enable_cnn_reg_loss = net.ENABLE_CNN_REG_LOSS and not net.BLIND
         self.cnn_loss_top = net.CNN_LOSS_TOP
         self.object_linguistic_embeddings = None
         if not net.BLIND:
