@@ -2,6 +2,8 @@ import argparse
 import os
 import socket
 import stat
+import subprocess
+import time
 
 import pytest
 import torch
@@ -103,3 +105,101 @@ def _collectives_worker(rank, world_size, port):
 
 def test_three_gloo_ranks_collectives_and_gather():
     spawn(_collectives_worker, 3)
+
+
+# --- launch scripts, end to end on CPU --------------------------------------------------------- #
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _script(name):
+    return os.path.join(ROOT, "scripts", name)
+
+
+def _tiny():
+    from tests.tiny_train import SCRIPT, write_config
+    return SCRIPT, write_config
+
+
+def test_dist_run_single_two_cpu_ranks_default_model_dir(tmp_path):
+    script, write_config = _tiny()
+    cfg = write_config(tmp_path)
+    # no MODEL_DIR: outputs go under ./ ; extra args reach the script
+    proc = subprocess.run([_script("dist_run_single.sh"), "2", script, cfg, "--opts", "TRAIN.END_EPOCH", "2"],
+                          cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder = tmp_path / "output" / "tiny" / "train_train"
+    final = torch.load(str(folder / "final.pt"), weights_only=True)
+    # 40 samples on 2 ranks in batches of 4: 5 micro-batches per rank per epoch, k=2 -> 3 steps
+    assert (final["world_size"], final["global_step"]) == (2, 6)
+    assert sorted(f for f in os.listdir(str(folder)) if f.endswith(".model"))[:2] == ["tiny-0000.model",
+                                                                                      "tiny-0001-b0000002.model"]
+
+
+def test_failing_rank_stops_the_job_with_its_error(tmp_path):
+    script, write_config = _tiny()
+    cfg = write_config(tmp_path)
+    tic = time.time()
+    proc = subprocess.run([_script("dist_run_single.sh"), "2", script, cfg, str(tmp_path)],
+                          env=dict(os.environ, TINY_FAIL_RANK="1"), capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0
+    assert "RuntimeError: injected failure on rank 1" in proc.stdout + proc.stderr
+    assert time.time() - tic < 120  # ended by torchrun, not by the 60 s collective timeout of a hang
+
+
+def _fake_slurm(tmp_path):
+    """``srun`` that starts --ntasks local copies of the command with SLURM variables, and ``scontrol``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(
+        "#!/usr/bin/env bash\n"
+        "echo \"srun $*\" > \"$(dirname \"$0\")/srun_args\"\n"
+        "n=1\n"
+        "while [ $# -gt 0 ]; do case \"$1\" in --ntasks=*) n=${1#--ntasks=}; shift;; -p) shift 2;;"
+        " -*) shift;; *) break;; esac; done\n"
+        "pids=()\n"
+        "for ((i=0; i<n; i++)); do SLURM_PROCID=$i SLURM_NTASKS=$n SLURM_LOCALID=$i SLURM_NODELIST='node[1]' \"$@\" &"
+        " pids+=($!); done\n"
+        "rc=0; for p in \"${pids[@]}\"; do wait $p || rc=$?; done; exit $rc\n")
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho 127.0.0.1\n")
+    for f in ("srun", "scontrol"):
+        (bin_dir / f).chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.slow
+def test_dist_run_slurm_two_tasks(tmp_path):
+    script, write_config = _tiny()
+    cfg = write_config(tmp_path)
+    bin_dir = _fake_slurm(tmp_path)
+    env = dict(os.environ, PATH="{}:{}".format(bin_dir, os.environ["PATH"]), GPUS_PER_NODE="2",
+               MASTER_PORT=str(free_port()), PY_ARGS="--opts TRAIN.END_EPOCH 1")
+    proc = subprocess.run([_script("dist_run_slurm.sh"), "part", "job", script, cfg, str(tmp_path / "w"), "2"],
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    args = (bin_dir / "srun_args").read_text()
+    assert "-p part --job-name=job --gres=gpu:2 --ntasks=2 --ntasks-per-node=2" in args
+    assert "--kill-on-bad-exit=1" in args and args.rstrip().endswith("--slurm --dist --opts TRAIN.END_EPOCH 1")
+    final = torch.load(str(tmp_path / "w" / "output" / "tiny" / "train_train" / "final.pt"), weights_only=True)
+    assert (final["world_size"], final["global_step"]) == (2, 3)
+
+
+@pytest.mark.slow
+def test_dist_run_multi_two_nodes_on_localhost(tmp_path):
+    script, write_config = _tiny()
+    cfg = write_config(tmp_path)
+    env = dict(os.environ, MASTER_PORT=str(free_port()))
+    procs = [subprocess.Popen([_script("dist_run_multi.sh"), "2", str(node), "127.0.0.1", "1", script, cfg,
+                               str(tmp_path / "m"), "--opts", "TRAIN.END_EPOCH", "1"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for node in (0, 1)]
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    final = torch.load(str(tmp_path / "m" / "output" / "tiny" / "train_train" / "final.pt"), weights_only=True)
+    assert (final["world_size"], final["global_step"]) == (2, 3)
+
+
+def test_usage_errors():
+    for name, n in (("dist_run_single.sh", 3), ("dist_run_multi.sh", 7), ("dist_run_slurm.sh", 5),
+                    ("nondist_run.sh", 3)):
+        proc = subprocess.run([_script(name)], capture_output=True, text=True)
+        assert proc.returncode == 2 and "usage" in proc.stderr, name
