@@ -26,7 +26,8 @@ def _two_item_dataset(tmp_path, task="Q2A"):
     # second line: shorter texts, one object fewer referenced; second image is taller
     short = dict(LINE, annot_id="val-1", question=["why", "?"],
                  answer_choices=[["yes"], ["no"], ["it"], ["red"]], answer_label=0,
-                 rationale_choices=[["it"], ["no"], ["yes"], [[0], "runs"]], rationale_label=1, img_fn="m/b.jpg", metadata_fn="m/b.json", objects=["dog"])
+                 rationale_choices=[["it"], ["no"], ["yes"], [[0], "runs"]], rationale_label=1,
+                 img_fn="m/b.jpg", metadata_fn="m/b.json", objects=["dog"])
     root = write_vcr(str(tmp_path), lines=[LINE, short])
     Image.new("RGB", (40, 60), (1, 2, 3)).save(str(tmp_path / "vcr1images" / "m" / "b.jpg"))
     with open(str(tmp_path / "vcr1images" / "m" / "b.json"), "w") as f:

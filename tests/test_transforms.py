@@ -5,7 +5,7 @@ from PIL import Image
 from yacs.config import CfgNode as CN
 
 from common.data import transforms as T
-from common.data.io import load_image, load_json
+from common.data.loading import load_image, load_json
 
 
 def _sample(w=8, h=4, boxes=((1.0, 0.0, 2.0, 3.0),), texts=None):

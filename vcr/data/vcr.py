@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw
 from pytorch_pretrained_bert import BasicTokenizer
 from torch.utils.data import Dataset
 
-from common.data.io import load_image, load_json
+from common.data.loading import load_image, load_json
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import clip_boxes_
 
@@ -141,6 +141,10 @@ class VCRDataset(Dataset):
     align matrix; in test mode one query per answer candidate, stacked lists) and
     ``rationale_choices / _align_matrix / _label``; Q2AR has both.
 
+    ``masks`` come from the metadata ``segms`` (all ones where a file has none). Without a
+    ``transform`` ``image`` stays a ``PIL.Image``; a flip in ``transform`` also swaps
+    left/right in the texts (see ``common.data.transforms``).
+
     Differences from the reference: person names restart at "Casey" in every item (the
     reference continues a counter across items, so a sample's text depended on load order);
     QA2R truncation counts the question only when it is part of the query; in test-mode QA2R
@@ -185,6 +189,9 @@ class VCRDataset(Dataset):
                 or the BERT folder lacks ``vocab.txt``.
         """
         d = cfg.DATASET
+        for key in ("CACHE_MODE", "QA2R_AUG"):
+            if d[key]:
+                raise ValueError("DATASET.{} is not supported (the reference does not implement it either)".format(key))
         ann_file = d["{}_ANNOTATION_FILE".format(mode.upper())]
         image_set = d["{}_IMAGE_SET".format(mode.upper())]
         check_data_paths(d.DATASET_PATH, [(ann_file, image_set)], d.ZIP_MODE)
