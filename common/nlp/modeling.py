@@ -93,11 +93,9 @@ class BertSelfAttention(nn.Module):
         return x.view(batch, length, self.num_attention_heads, self.attention_head_size).transpose(1, 2)
 
     def forward(self, hidden_states, bias, output_attention_probs=False):
-        # One matmul for q, k and v: the three weights stay separate parameters (checkpoint names).
-        weight = torch.cat((self.query.weight, self.key.weight, self.value.weight))
-        qkv_bias = torch.cat((self.query.bias, self.key.bias, self.value.bias))
-        q, k, v = F.linear(hidden_states, weight, qkv_bias).chunk(3, dim=-1)
-        q, k, v = self._heads(q), self._heads(k), self._heads(v)
+        q = self._heads(self.query(hidden_states))
+        k = self._heads(self.key(hidden_states))
+        v = self._heads(self.value(hidden_states))
         bias = bias.to(q.dtype)
         dropout_p = self.dropout_p if self.training else 0.0
         probs = None
