@@ -365,3 +365,49 @@ def test_partial_pretrain_errors(tmp_path):
     model.vlbert._module.encoder = nn.Linear(4, 5)
     with pytest.raises(ck.CheckpointError, match=r"encoder.weight has shape \(4, 4\) in the checkpoint but \(5, 4\)"):
         ck.load_partial_pretrain(model, path, VCR_PREFIX_CHANGES)
+
+
+# --- with the real task models (tiny sizes) ------------------------------------------------------ #
+@pytest.mark.filterwarnings("ignore")
+def test_reference_checkpoint_and_partial_pretrain_with_task_models(tmp_path):
+    from tests.test_modules import CFGS, TINY, build
+    from vcr.function.config import load_config
+
+    vcr = build("vcr", "base_q2a_4x16G_fp32.yaml", TINY)
+    # a reference fp16 run's file: DataParallel keys, fp16 floating tensors
+    ref = {"module." + k: (v.half() if v.is_floating_point() else v) for k, v in vcr.state_dict().items()}
+    path = str(tmp_path / "vl-bert_base_res101_vcr-0019.model")
+    torch.save({"state_dict": ref, "optimizer": {}, "validation_monitor": {"best_epoch": 19, "best_val": 0.7}}, path)
+    ours = build("vcr", "base_q2a_4x16G_fp32.yaml", TINY)
+    ck.load_model_state_dict(ours, ck.load_checkpoint_file(path)["state_dict"], path)
+    for k, v in ours.state_dict().items():
+        assert torch.equal(v, ref["module." + k].to(v.dtype)), k
+
+    cfg = load_config(os.path.join(CFGS, "vcr", "base_q2a_4x16G_fp32.yaml"), TINY)
+    pre = build("pretrain", "base_e2e_16x16G_fp16.yaml", TINY)
+    g = torch.Generator().manual_seed(1)  # values unlike any fresh init
+    pre_sd = {"module." + k: torch.randn(v.shape, generator=g).half() if v.is_floating_point() else v
+              for k, v in pre.state_dict().items()}
+    pre_path = str(tmp_path / "vl-bert-base-e2e.model")
+    torch.save({"state_dict": pre_sd}, pre_path)
+    fresh = build("vcr", "base_q2a_4x16G_fp32.yaml", TINY)
+    init = {k: v.clone() for k, v in fresh.state_dict().items()}
+    report = ck.load_partial_pretrain(fresh, pre_path, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES,
+                                      cfg.NETWORK.PARTIAL_PRETRAIN_SEGMB_INIT, cfg.NETWORK.LOAD_REL_HEAD)
+    tte = fresh.vlbert._module.token_type_embeddings.weight
+    src = pre_sd["module.vlbert.token_type_embeddings.weight"].float()
+    assert torch.equal(tte[0], src[0]) and torch.equal(tte[1], src[0]) and torch.equal(tte[2], src[2])
+    assert torch.equal(fresh.cnn_loss_reg[0].dense.weight,
+                       pre_sd["module.vlbert.mvrc_head.transform.dense.weight"].float())
+    assert torch.equal(fresh.vlbert._module.encoder.layer[0].attention.self.query.weight,
+                       pre_sd["module.vlbert.encoder.layer.0.attention.self.query.weight"].float())
+    # e2e pretraining has no relationship head or pooler: the VCR head stays at init
+    assert sorted(report.not_loaded) == ["cnn_loss_reg.2.bias", "cnn_loss_reg.2.weight", "final_mlp.1.bias",
+                                         "final_mlp.1.weight", "vlbert._module.pooler.dense.bias",
+                                         "vlbert._module.pooler.dense.weight"]
+    for k in report.not_loaded:
+        assert torch.equal(fresh.state_dict()[k], init[k])
+    assert len(report.loaded) == len(init) - 6
+    assert sorted({k.split(".predictions")[0].split(".region_cls")[0] for k in report.unmatched}) == [
+        "aux_text_visual_embedding.weight", "object_mask_word_embedding.weight",
+        "vlbert._module.mlm_head", "vlbert._module.mvrc_head"]
