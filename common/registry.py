@@ -29,9 +29,6 @@ class Registry:
                 name, self.name, ', '.join(sorted(self._classes)) or '(none)'))
         return self._classes[name]
 
-    def names(self):
-        return sorted(self._classes)
-
     def build(self, config):
         """``cls(config)`` for ``cls = self.get(config.MODULE)``."""
         return self.get(config.MODULE)(config)
