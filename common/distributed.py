@@ -143,10 +143,12 @@ def cleanup():
 
 
 def get_rank():
+    """Rank of this process in the default group (0 without one)."""
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def get_world_size():
+    """Number of processes in the default group (1 without one)."""
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 

@@ -82,7 +82,7 @@ PRED = LABELS.clone()
 PRED[[1, 4, 9]] = (PRED[[1, 4, 9]] + 1) % 3
 
 
-def _collectives_worker(rank, world_size, port):
+def _collectives_worker(rank, world_size, port, folder):
     _set_env(rank, world_size, port)
     ctx = cdist.init_distributed(True, timeout_s=60)
     assert (ctx.rank, ctx.world_size, ctx.device.type) == (rank, world_size, "cpu")
@@ -99,12 +99,36 @@ def _collectives_worker(rank, world_size, port):
     local = torch.tensor(list(DistributedSampler(10, world_size, rank, seed=3)))
     dup = torch.cat(cdist.all_gather(local))
     assert len(dup) == 12
+    _checkpoint_on_ranks(rank, world_size, folder)
     cdist.barrier()
     cdist.cleanup()
 
 
-def test_three_gloo_ranks_collectives_and_gather():
-    spawn(_collectives_worker, 3)
+def _checkpoint_on_ranks(rank, world_size, folder):
+    """Rank 0 alone writes; every rank's RNG goes into the file and comes back to that rank."""
+    import types
+    from common import checkpoint as ck
+    torch.manual_seed(100 + rank)
+    net = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    prefix = os.path.join(folder, "m")
+    writes = []
+    real = ck.atomic_save
+    ck.atomic_save = lambda obj, path: (writes.append(path), real(obj, path))
+    ck.save_checkpoint(ck.epoch_checkpoint_path(prefix, 0), net, opt)
+    ck.atomic_save = real
+    assert len(writes) == (1 if rank == 0 else 0)
+    expected = torch.rand(3)  # the draws right after the save, different on every rank
+    cdist.barrier()
+    cfg = types.SimpleNamespace(RESUME=False, AUTO_RESUME=True, BEGIN_EPOCH=0, END_EPOCH=2)
+    info = ck.resume_training(prefix, cfg, net, opt)
+    assert info.path == ck.epoch_checkpoint_path(prefix, 0) and info.state.epoch == 1
+    assert torch.equal(torch.rand(3), expected)
+    assert len(ck.load_checkpoint_file(info.path)["rng"]) == world_size
+
+
+def test_three_gloo_ranks_collectives_gather_and_checkpoint(tmp_path):
+    spawn(_collectives_worker, 3, str(tmp_path))
 
 
 # --- launch scripts, end to end on CPU --------------------------------------------------------- #
