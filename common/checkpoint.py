@@ -361,7 +361,10 @@ def _train_state_of(ckpt, path, steps_per_epoch):
         state.load_state_dict(ckpt["train_state"])
         return state
     # A reference checkpoint: its name gives the epoch; steps counted as the reference did.
-    state.epoch = int(_EPOCH_FILE.search(path).group(1)) + 1
+    m = _EPOCH_FILE.search(path)
+    if m is None:
+        raise CheckpointError("{} has no 'train_state' and its name gives no epoch".format(path))
+    state.epoch = int(m.group(1)) + 1
     state.global_step = int(state.epoch * steps_per_epoch) if steps_per_epoch else 0
     return state
 

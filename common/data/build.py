@@ -73,6 +73,8 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
         shuffle=cfg.TRAIN.SHUFFLE if is_train else False,
         aspect_grouping=is_train and cfg.TRAIN.ASPECT_GROUPING, seed=max(cfg.RNG_SEED, 0))
     workers = cfg.NUM_WORKERS_PER_GPU
-    return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers,
+    # Own generator: creating an iterator then draws its worker seed from it, not from the
+    # global RNG that a resumed run restores (exact mid-epoch resume).
+    return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers, generator=torch.Generator(),
                       collate_fn=BatchCollator(dataset.data_names, append_ind=cfg.DATASET.APPEND_INDEX),
                       pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
