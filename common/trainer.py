@@ -27,7 +27,8 @@ Resume contract (``common/checkpoint.py`` and the checkpoint callbacks rely on i
 * Gradients of an unfinished accumulation group are not saved, so a mid-epoch checkpoint must be
   taken when ``param.add_step`` is True (the batch ended a group: the step was applied or
   skipped, the scheduler advanced, gradients are zero). Then ``state.epoch_batch`` is a multiple
-  of k and the groups after resume line up with an uninterrupted run.
+  of k and the groups after resume line up with an uninterrupted run. (Resuming inside a group
+  works but that group's step only sees its remaining micro-batches, still divided by its size.)
 * The state object is updated in place before callbacks run: at a batch end
   ``state.epoch_batch == param.nbatch + 1``; at an epoch end ``state.epoch == epoch + 1`` and
   ``state.epoch_batch == 0``, so saving it there resumes at the next epoch.
@@ -151,11 +152,10 @@ def peak_memory_mb(device: torch.device) -> float:
 class _Loop:
     """State and helpers of one :func:`train` call; :func:`train` is the public entry."""
 
-    def __init__(self, ctx, train_loader, train_sampler, metrics, rank, batch_end_callbacks,
-                 clip_grad_norm, k, max_consecutive_skips, log_frequent, logger):
+    def __init__(self, ctx, train_loader, metrics, rank, batch_end_callbacks, clip_grad_norm, k,
+                 max_consecutive_skips, log_frequent):
         self.ctx = ctx
         self.loader = train_loader
-        self.sampler = train_sampler
         self.metrics = metrics
         self.rank = rank
         self.is_main = rank is None or rank == 0
@@ -164,7 +164,6 @@ class _Loop:
         self.k = k
         self.max_consecutive_skips = max_consecutive_skips
         self.log_frequent = log_frequent
-        self.logger = logger
         self.device = next(ctx.net.parameters()).device
         self.plateau = isinstance(ctx.lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
         self.params = [p for g in ctx.optimizer.param_groups for p in g["params"] if p.requires_grad]
@@ -217,7 +216,8 @@ class _Loop:
                 t2 = time.perf_counter()
                 ctx.scaler.backward(loss)
             t3 = time.perf_counter()
-            group_loss = loss.detach() if nbatch == group_start else group_loss + loss.detach()
+            # (group_loss is None after a resume in the middle of a group)
+            group_loss = loss.detach() if group_loss is None or nbatch == group_start else group_loss + loss.detach()
             self.samples += _num_samples(batch)
 
             if add_step:
@@ -341,8 +341,8 @@ def train(net, optimizer, lr_scheduler, train_loader, train_sampler, metrics, be
     is_main = rank is None or rank == 0
     state = state if state is not None else TrainState(epoch=begin_epoch)
     ctx = TrainContext(net, optimizer, lr_scheduler, scaler, state, writer if is_main else None, validation_monitor)
-    loop = _Loop(ctx, train_loader, train_sampler, metrics, rank, batch_end_callbacks, clip_grad_norm,
-                 gradient_accumulate_steps, max_consecutive_skips, log_frequent, logger)
+    loop = _Loop(ctx, train_loader, metrics, rank, batch_end_callbacks, clip_grad_norm,
+                 gradient_accumulate_steps, max_consecutive_skips, log_frequent)
 
     for epoch in range(state.epoch, end_epoch):
         if is_main:

@@ -51,7 +51,8 @@ def test_build_sgd_adam_and_unknown():
     assert isinstance(adam, torch.optim.Adam) and adam.defaults["weight_decay"] == 0.01
     adamw = build_optimizer(_cfg(OPTIMIZER="AdamW", WD=0.01), Net())
     assert isinstance(adamw, BertAdamW)
-    assert (adamw.defaults["betas"], adamw.defaults["eps"], adamw.defaults["correct_bias"]) == ((0.9, 0.999), 1e-6, True)
+    defaults = adamw.defaults
+    assert (defaults["betas"], defaults["eps"], defaults["correct_bias"]) == ((0.9, 0.999), 1e-6, True)
     with pytest.raises(ValueError, match="TRAIN.OPTIMIZER"):
         build_optimizer(_cfg(OPTIMIZER="LAMB"), Net())
 

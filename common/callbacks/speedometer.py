@@ -41,8 +41,9 @@ class Speedometer:
         if param.nbatch % self.frequent:
             return
         speed = self.frequent * self.batch_size / max(time.time() - self.tic, 1e-9)
-        fields = "Speed: {:.2f} samples/s ETA: {}\tData: {:.3f} Tran: {:.3f} F: {:.3f} B: {:.3f} O: {:.3f} M: {:.3f}".format(
-            speed, self._eta(param, speed), *[t / self.frequent for t in self._times])
+        fields = "Speed: {:.2f} samples/s ETA: {}\t".format(speed, self._eta(param, speed))
+        fields += "Data: {:.3f} Tran: {:.3f} F: {:.3f} B: {:.3f} O: {:.3f} M: {:.3f}".format(
+            *[t / self.frequent for t in self._times])
         self._emit(param, fields)
         self.tic, self._times = time.time(), [0.] * 6
 
