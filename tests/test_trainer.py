@@ -319,6 +319,18 @@ def test_resume_mid_epoch_matches_uninterrupted_run(use_skip):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_train_state_round_trip_and_missing_key():
+    state = TrainState(epoch=3, epoch_batch=16, global_step=100, skipped_steps=2, consecutive_skips=1,
+                       last_finite_loss=0.25)
+    other = TrainState()
+    other.load_state_dict(state.state_dict())
+    assert other == state
+    broken = state.state_dict()
+    del broken["global_step"]
+    with pytest.raises(KeyError, match="global_step"):
+        TrainState().load_state_dict(broken)
+
+
 def test_logging_speedometer_and_epoch_callbacks(capsys):
     model = Toy()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
