@@ -258,8 +258,9 @@ def initialize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, opt_lev
     if dtype != torch.float32:
         model._amp_device_type = param.device.type
         model._amp_dtype = dtype
-        model._amp_orig_forward = model.forward
-        model.forward = types.MethodType(_autocast_forward, model)
+        if not hasattr(model, "_amp_orig_forward"):  # a second initialize only changes the dtype
+            model._amp_orig_forward = model.forward
+            model.forward = types.MethodType(_autocast_forward, model)
     _SCALERS[optimizer] = LossScaler(loss_scale if dtype == torch.float16 else None,
                                      min_loss_scale=min_loss_scale, max_loss_scale=max_loss_scale)
     optimizer._amp_orig_step = optimizer.step
