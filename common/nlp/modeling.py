@@ -4,7 +4,8 @@ Module and parameter names (``attention.self.query``, ``output.LayerNorm`` ...) 
 ``pytorch_pretrained_bert.modeling`` 0.6.2, the implementation the reference VL-BERT release used, so
 its checkpoints load strictly. The computation differs: attention goes through
 ``torch.nn.functional.scaled_dot_product_attention`` (fused kernels), LayerNorm and GELU are the fused
-PyTorch ops, and encoder layers can be recomputed in the backward pass (activation checkpointing).
+PyTorch ops, the token-wise layers skip padded tokens (``Packing``), and encoder layers can be recomputed
+in the backward pass (activation checkpointing).
 
 All modules take a config object with BERT's attribute names (``hidden_size``, ``num_attention_heads``,
 ``intermediate_size``, ``hidden_act``, ``hidden_dropout_prob``, ``attention_probs_dropout_prob``,
@@ -54,6 +55,32 @@ def LayerNorm(hidden_size):
     return nn.LayerNorm(hidden_size, eps=LAYER_NORM_EPS)
 
 
+class Packing:
+    """Positions of the valid (unpadded) tokens of a [B, L] batch.
+
+    Layers other than attention treat tokens independently, so they run on the valid tokens only
+    ([N, H], N = number of valid tokens) and skip the padding's compute; attention scatters them back to
+    [B, L, H]. Padded keys carry ~0 attention weight, so their zero values change nothing.
+    """
+
+    def __init__(self, valid):
+        self.batch, self.length = valid.shape
+        self.index = valid.reshape(-1).nonzero().squeeze(1)
+
+
+def pack(x, packing):
+    """[B, L, H] -> [N, H] valid tokens (identity without packing)."""
+    return x if packing is None else x.reshape(-1, x.shape[-1]).index_select(0, packing.index)
+
+
+def unpack(x, packing):
+    """[N, H] valid tokens -> [B, L, H] with zeros at padded positions (identity without packing)."""
+    if packing is None:
+        return x
+    out = x.new_zeros((packing.batch * packing.length, x.shape[-1])).index_copy(0, packing.index, x)
+    return out.view(packing.batch, packing.length, -1)
+
+
 def init_bert_weights(module, initializer_range):
     """BERT initialisation for one module (use with ``Module.apply``).
 
@@ -71,9 +98,10 @@ def init_bert_weights(module, initializer_range):
 class BertSelfAttention(nn.Module):
     """Multi-head scaled dot-product self-attention.
 
-    ``forward(hidden_states [B, L, H], bias [B, 1, 1, L] additive, output_attention_probs=False)``
-    returns ``(context [B, L, H], probs)`` where ``probs`` is [B, heads, L, L] (after softmax, before
-    dropout) on the eager path and None on the fused path.
+    ``forward(hidden_states, bias [B, 1, 1, L] additive, output_attention_probs=False, packing=None)``
+    returns ``(context, probs)``; hidden states and context are [B, L, H], or [N, H] valid tokens only when
+    ``packing`` is given (see ``Packing``). ``probs`` is [B, heads, L, L] (after softmax, before dropout) on
+    the eager path and None on the fused path.
     """
 
     def __init__(self, config):
@@ -92,10 +120,10 @@ class BertSelfAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.num_attention_heads, self.attention_head_size).transpose(1, 2)
 
-    def forward(self, hidden_states, bias, output_attention_probs=False):
-        q = self._heads(self.query(hidden_states))
-        k = self._heads(self.key(hidden_states))
-        v = self._heads(self.value(hidden_states))
+    def forward(self, hidden_states, bias, output_attention_probs=False, packing=None):
+        q = self._heads(unpack(self.query(hidden_states), packing))
+        k = self._heads(unpack(self.key(hidden_states), packing))
+        v = self._heads(unpack(self.value(hidden_states), packing))
         bias = bias.to(q.dtype)
         dropout_p = self.dropout_p if self.training else 0.0
         probs = None
@@ -106,7 +134,7 @@ class BertSelfAttention(nn.Module):
         else:
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
         batch, _, length, _ = context.shape
-        return context.transpose(1, 2).reshape(batch, length, -1), probs
+        return pack(context.transpose(1, 2).reshape(batch, length, -1), packing), probs
 
 
 class BertSelfOutput(nn.Module):
@@ -130,8 +158,8 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config)
 
-    def forward(self, hidden_states, bias, output_attention_probs=False):
-        context, probs = self.self(hidden_states, bias, output_attention_probs)
+    def forward(self, hidden_states, bias, output_attention_probs=False, packing=None):
+        context, probs = self.self(hidden_states, bias, output_attention_probs, packing)
         return self.output(context, hidden_states), probs
 
 
@@ -169,8 +197,8 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, hidden_states, bias, output_attention_probs=False):
-        attention_output, probs = self.attention(hidden_states, bias, output_attention_probs)
+    def forward(self, hidden_states, bias, output_attention_probs=False, packing=None):
+        attention_output, probs = self.attention(hidden_states, bias, output_attention_probs, packing)
         return self.output(self.intermediate(attention_output), attention_output), probs
 
 
@@ -199,20 +227,28 @@ class BertEncoder(nn.Module):
                 attention probabilities ([B, heads, L, L] each).
         Returns:
             list of [B, L, H] tensors (all layers, or a one-element list), and, when
-            ``output_attention_probs``, a list of attention probabilities per layer.
+            ``output_attention_probs``, a list of attention probabilities per layer. With a key-padding
+            mask the dense layers run on the valid tokens only and padded positions of the output are 0
+            (BERT leaves meaningless values there).
         """
         encoded_layers, attention_probs = [], []
+        packing = None
+        valid = attention_mask[:, 0, 0, :] > MASK_BIAS / 2 if attention_mask.shape[2] == 1 else None
+        if valid is not None and not bool(valid.all()):
+            packing = Packing(valid)
+            hidden_states = pack(hidden_states, packing)
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.layer:
             if recompute and not output_attention_probs:
-                hidden_states, probs = checkpoint(layer, hidden_states, attention_mask, False, use_reentrant=False)
+                hidden_states, probs = checkpoint(layer, hidden_states, attention_mask, False, packing,
+                                                  use_reentrant=False)
             else:
-                hidden_states, probs = layer(hidden_states, attention_mask, output_attention_probs)
+                hidden_states, probs = layer(hidden_states, attention_mask, output_attention_probs, packing)
             if output_all_encoded_layers:
-                encoded_layers.append(hidden_states)
+                encoded_layers.append(unpack(hidden_states, packing))
             attention_probs.append(probs)
         if not output_all_encoded_layers:
-            encoded_layers.append(hidden_states)
+            encoded_layers.append(unpack(hidden_states, packing))
         if output_attention_probs:
             return encoded_layers, attention_probs
         return encoded_layers
