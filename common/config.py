@@ -538,3 +538,9 @@ class TaskConfig:
             merge_file(cfg, path)
         merge_opts(cfg, opts)
         return freeze_all(cfg)
+
+
+def task_api(defaults_fn):
+    """``(config, update_config, load_config)`` of a task, for its ``function/config.py`` to export."""
+    task = TaskConfig(defaults_fn)
+    return task.config, task.update_config, task.load_config

@@ -3,7 +3,7 @@
 ``DATASET`` may be a list of mappings in YAML (one per data set); each entry is completed with the
 DATASET defaults below.
 """
-from common.config import TaskConfig, common_defaults
+from common.config import common_defaults, task_api
 
 
 def pretrain_defaults():
@@ -40,7 +40,4 @@ def pretrain_defaults():
     return _C
 
 
-_task = TaskConfig(pretrain_defaults)
-config = _task.config
-update_config = _task.update_config
-load_config = _task.load_config
+config, update_config, load_config = task_api(pretrain_defaults)

@@ -3,7 +3,7 @@
 Only the config lives here so that the reference's RefCOCO+ paper YAML files load and can be
 checked; the RefCOCO+ task itself (data, model head, scripts) is not part of this release.
 """
-from common.config import TaskConfig, common_defaults
+from common.config import common_defaults, task_api
 from vqa.function.config import add_answer_vocab_keys
 
 
@@ -22,7 +22,4 @@ def refcoco_defaults():
     return _C
 
 
-_task = TaskConfig(refcoco_defaults)
-config = _task.config
-update_config = _task.update_config
-load_config = _task.load_config
+config, update_config, load_config = task_api(refcoco_defaults)

@@ -1,5 +1,5 @@
 """VCR config: the shared defaults plus VCR's own keys (reference ``vcr/function/config.py``)."""
-from common.config import TaskConfig, common_defaults
+from common.config import common_defaults, task_api
 
 
 def vcr_defaults():
@@ -28,7 +28,4 @@ def vcr_defaults():
     return _C
 
 
-_task = TaskConfig(vcr_defaults)
-config = _task.config
-update_config = _task.update_config
-load_config = _task.load_config
+config, update_config, load_config = task_api(vcr_defaults)

@@ -1,5 +1,5 @@
 """VQA config: the shared defaults plus VQA's own keys (reference ``vqa/function/config.py``)."""
-from common.config import TaskConfig, common_defaults
+from common.config import common_defaults, task_api
 
 
 def add_answer_vocab_keys(_C):
@@ -27,7 +27,4 @@ def vqa_defaults():
     return _C
 
 
-_task = TaskConfig(vqa_defaults)
-config = _task.config
-update_config = _task.update_config
-load_config = _task.load_config
+config, update_config, load_config = task_api(vqa_defaults)
