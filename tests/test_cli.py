@@ -1,0 +1,45 @@
+"""Command line: flags, config errors without tracebacks, output folder with the effective config."""
+import os
+import subprocess
+import sys
+
+from common.cli import config_from_args, setup_output, train_argument_parser
+from tests.conftest import ROOT
+from vcr.function.config import load_config
+
+FP16_CFG = os.path.join(ROOT, "cfgs", "vcr", "base_q2a_4x16G_fp16.yaml")
+
+
+def test_reference_flags_and_opts():
+    args = train_argument_parser("t").parse_args(
+        ["--cfg", FP16_CFG, "--model-dir", "/runs", "--dist", "--local_rank", "3", "--do-test", "--cudnn-off",
+         "--partial-pretrain", "p.model", "--opts", "TRAIN.LR", "1e-4", "TRAIN.GRAD_ACCUMULATE_STEPS", "8"])
+    assert args.dist and args.do_test and args.cudnn_off and args.local_rank == 3
+    cfg = config_from_args(args, load_config)
+    assert cfg.OUTPUT_PATH == os.path.join("/runs", "./output/vl-bert/vcr")
+    assert cfg.NETWORK.PARTIAL_PRETRAIN == "p.model"
+    assert cfg.TRAIN.LR == 1e-4 and cfg.TRAIN.GRAD_ACCUMULATE_STEPS == 8 and cfg.TRAIN.FP16 is True
+    assert cfg.is_frozen()
+    assert train_argument_parser("t").parse_args(["--cfg", "c", "--local-rank=1"]).local_rank == 1
+
+
+def test_output_folder_holds_a_loadable_effective_config(tmp_path):
+    args = train_argument_parser("t").parse_args(["--cfg", FP16_CFG, "--model-dir", str(tmp_path),
+                                                  "--opts", "TRAIN.END_EPOCH", "3"])
+    cfg = config_from_args(args, load_config)
+    folder, logger = setup_output(cfg, FP16_CFG)
+    assert folder == os.path.join(str(tmp_path), "./output/vl-bert/vcr", "base_q2a_4x16G_fp16", "vcr1images_train")
+    logger.info("hello")
+    assert load_config(os.path.join(folder, "config.yaml")) == cfg
+    logs = [f for f in os.listdir(folder) if f.endswith(".log")]
+    assert len(logs) == 1 and "hello" in open(os.path.join(folder, logs[0])).read()
+
+
+def test_config_mistake_exits_2_with_message_and_no_traceback(tmp_path):
+    cmd = [sys.executable, os.path.join(ROOT, "vcr", "train_end2end.py"), "--cfg", FP16_CFG,
+           "--model-dir", str(tmp_path), "--opts", "TRAIN.GRAD_ACCULATE_STEPS", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == ("error: --opts: TRAIN.GRAD_ACCULATE_STEPS: no such key; "
+                                   "did you mean TRAIN.GRAD_ACCUMULATE_STEPS?")
