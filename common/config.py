@@ -209,6 +209,9 @@ def common_defaults():
     _C.NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT = 1.0
     # (new) Recompute encoder layer activations in backward to save memory.
     _C.NETWORK.GRADIENT_CHECKPOINTING = False
+    # (new) RoI Align output side (cells) fed to res5; 14 is the reference's. res5's output (and
+    # DATASET.MASK_SIZE) is this side with IMAGE_C5_DILATED, else half of it rounded up.
+    _C.NETWORK.IMAGE_ROI_POOLED_SIZE = 14
 
     # ---------------------------------------------------------------------------------------- #
     # Training

@@ -1,8 +1,8 @@
 """Fast R-CNN image encoder: one feature vector per box for the visual-linguistic BERT.
 
 Fast R-CNN with a ResNet C4 backbone (Girshick, ICCV 2015; He et al., CVPR 2016): res2..res4 run
-on the whole image, ``roi_align`` (He et al., "Mask R-CNN", ICCV 2017) crops 14x14 cells at stride
-16 per box, res5 and an average pool turn each crop into a vector. VL-BERT (Su et al., ICLR
+on the whole image, ``roi_align`` (He et al., "Mask R-CNN", ICCV 2017) crops 14x14 cells
+(``NETWORK.IMAGE_ROI_POOLED_SIZE``) at stride 16 per box, res5 and an average pool turn each crop into a vector. VL-BERT (Su et al., ICLR
 2020, Sec. 3.2) then concatenates a sinusoidal embedding of the box geometry and projects to the
 BERT width. Parameter names, the RoI Align settings and the box embedding follow the reference
 release (github jackroos/VL-BERT, ``common/fast_rcnn.py``) so its checkpoints load strictly.
@@ -19,9 +19,8 @@ from common.backbone import build_resnet, freeze_stages, load_resnet_weights, re
 
 __all__ = ["FastRCNN", "coordinate_embeddings", "clip_boxes"]
 
-# Reference settings: 14x14 RoI Align on C4 (stride 16), one sample per bin, no half-pixel offset
-# (the maskrcnn-benchmark kernel the reference compiled).
-ROI_SIZE = 14
+# Reference settings: RoI Align on C4 (stride 16), one sample per bin, no half-pixel offset (the
+# maskrcnn-benchmark kernel the reference compiled); the crop side is NETWORK.IMAGE_ROI_POOLED_SIZE (14).
 ROI_SPATIAL_SCALE = 1.0 / 16
 ROI_SAMPLING_RATIO = 1
 # Width of the sin / cos box embedding per coordinate and sign (4 coords x 2 x 256 = 2048 dims).
@@ -108,6 +107,9 @@ class FastRCNN(nn.Module):
         self.image_feat_precomputed = net.IMAGE_FEAT_PRECOMPUTED
         self.enable_cnn_reg_loss = enable_cnn_reg_loss and not self.image_feat_precomputed
         self.pretrained_path = None
+        self.roi_size = net.IMAGE_ROI_POOLED_SIZE
+        if self.roi_size < 1:
+            raise ValueError(f"NETWORK.IMAGE_ROI_POOLED_SIZE must be >= 1, got {self.roi_size}")
 
         if self.image_feat_precomputed:
             feat_dim = PRECOMPUTED_FEAT_DIM
@@ -170,7 +172,7 @@ class FastRCNN(nn.Module):
             classes: ``[B, N]`` object class ids in ``[0, 81)``; needed for IMAGE_SEMANTIC and the
                 CNN regularisation loss.
             segms: ``[B, N, h, w]`` masks multiplied into res5's output before pooling (h = w =
-                14 when IMAGE_C5_DILATED, else 7).
+                IMAGE_ROI_POOLED_SIZE (14) when IMAGE_C5_DILATED, else half of it rounded up).
             mvrc_ops: ``[B, N]``, 1 where the box's visual feature is replaced by
                 ``mask_visual_embed`` (``[D]``, D = pooled feature width (+128 with IMAGE_SEMANTIC))
                 before the projection (masked RoI modelling in pretraining).
@@ -224,7 +226,7 @@ class FastRCNN(nn.Module):
         c4 = self.backbone(images)
         rois = torch.cat((batch_idx[:, None].to(coords.dtype), coords), 1)
         # RoI Align in float32 whatever the autocast / model dtype: box coordinates need the precision.
-        crops = roi_align(c4.float(), rois.float(), (ROI_SIZE, ROI_SIZE), spatial_scale=ROI_SPATIAL_SCALE,
+        crops = roi_align(c4.float(), rois.float(), (self.roi_size, self.roi_size), spatial_scale=ROI_SPATIAL_SCALE,
                           sampling_ratio=ROI_SAMPLING_RATIO, aligned=False).to(c4.dtype)
         x = self.roi_head_feature_extractor(crops)
         if segms is not None:

@@ -66,13 +66,21 @@ def read_bert_config(path):
 def check_bert_config(bert_config, vlbert_config, path):
     """Raise ValueError when the folder's architecture differs from ``NETWORK.VLBERT``.
 
+    ``num_hidden_layers`` may be smaller than the folder's: the model then takes the first layers.
+
     Args:
         bert_config: dict read from the folder's config file.
         vlbert_config: the ``NETWORK.VLBERT`` node.
         path: config file path, for the message.
     """
     for key in ARCHITECTURE_KEYS:
-        if key in bert_config and bert_config[key] != getattr(vlbert_config, key):
+        if key not in bert_config:
+            continue
+        ours = getattr(vlbert_config, key)
+        # Fewer layers than the folder is fine: the first ones are loaded (a small, fast model).
+        if key == 'num_hidden_layers' and 0 < ours <= bert_config[key]:
+            continue
+        if bert_config[key] != ours:
             raise ValueError("{}: {}={!r} but NETWORK.VLBERT.{}={!r}; set NETWORK.VLBERT to the pretrained "
                              "model's architecture".format(path, key, bert_config[key], key,
                                                            getattr(vlbert_config, key)))
