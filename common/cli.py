@@ -9,8 +9,9 @@ import os
 import sys
 import time
 
-from common.config import ConfigError, dump_config
+from common.config import dump_config
 from common.distributed import add_launcher_args
+from common.errors import UserInputError
 
 
 def train_argument_parser(description):
@@ -53,7 +54,7 @@ def run_main(main):
 
     try:
         return main()
-    except (ConfigError, FileNotFoundError, CheckpointError) as e:
+    except (UserInputError, FileNotFoundError, CheckpointError) as e:
         print("error: {}".format(e), file=sys.stderr)
         sys.exit(2)
 
@@ -62,6 +63,12 @@ def output_folder(cfg, cfg_path, image_set):
     """``<OUTPUT_PATH>/<config file name>/<image_set>`` (the reference's layout)."""
     cfg_name = os.path.splitext(os.path.basename(cfg_path))[0]
     return os.path.join(cfg.OUTPUT_PATH, cfg_name, image_set)
+
+
+def train_output_folder(cfg, cfg_path):
+    """``<OUTPUT_PATH>/<cfg name>/<TRAIN_IMAGE_SET>_train``: logs, config and checkpoints of a run."""
+    image_set = cfg.DATASET[0].TRAIN_IMAGE_SET if isinstance(cfg.DATASET, list) else cfg.DATASET.TRAIN_IMAGE_SET
+    return output_folder(cfg, cfg_path, "{}_train".format(image_set.replace("+", "_")))
 
 
 def setup_output(cfg, cfg_path, rank=0):
@@ -73,8 +80,7 @@ def setup_output(cfg, cfg_path, rank=0):
         (str, logging.Logger): the output folder
         ``<OUTPUT_PATH>/<cfg name>/<TRAIN_IMAGE_SET>_train`` and the logger.
     """
-    image_set = cfg.DATASET[0].TRAIN_IMAGE_SET if isinstance(cfg.DATASET, list) else cfg.DATASET.TRAIN_IMAGE_SET
-    folder = output_folder(cfg, cfg_path, "{}_train".format(image_set.replace("+", "_")))
+    folder = train_output_folder(cfg, cfg_path)
     logger = logging.getLogger("vlbert")
     logger.handlers.clear()
     logger.propagate = False

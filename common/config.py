@@ -22,9 +22,10 @@ import yaml
 from yacs.config import CfgNode
 
 from common.config_compat import CONVERTERS, to_float
+from common.errors import UserInputError
 
 
-class ConfigError(ValueError):
+class ConfigError(UserInputError):
     """A config file, a key or a value is wrong; the message says where and what was expected."""
 
 

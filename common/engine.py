@@ -49,6 +49,27 @@ class Task:
     host_metric_name: str = "Acc"
 
 
+def check_inputs(cfg):
+    """Raise one FileNotFoundError listing every data folder or pretrained file the config names but
+    this machine lacks, with the documents that say how to get them (before anything is written)."""
+    datasets = cfg.DATASET if isinstance(cfg.DATASET, list) else [cfg.DATASET]
+    net = cfg.NETWORK
+    missing = ["DATASET.DATASET_PATH: data folder '{}'".format(d.DATASET_PATH)
+               for d in datasets if not os.path.isdir(d.DATASET_PATH)]
+    if net.BERT_MODEL_NAME and not os.path.isdir(net.BERT_MODEL_NAME):
+        missing.append("NETWORK.BERT_MODEL_NAME: BERT folder '{}'".format(net.BERT_MODEL_NAME))
+    image_weights = "{}-{:04d}.model".format(net.IMAGE_PRETRAINED, net.IMAGE_PRETRAINED_EPOCH)
+    if net.IMAGE_PRETRAINED and not net.IMAGE_FEAT_PRECOMPUTED and not os.path.isfile(image_weights):
+        missing.append("NETWORK.IMAGE_PRETRAINED: ResNet weights '{}'".format(image_weights))
+    if net.PARTIAL_PRETRAIN and not os.path.isfile(net.PARTIAL_PRETRAIN):
+        missing.append("NETWORK.PARTIAL_PRETRAIN: checkpoint '{}'".format(net.PARTIAL_PRETRAIN))
+    if missing:
+        raise FileNotFoundError(
+            "the config names inputs that are not on this machine:\n  " + "\n  ".join(missing) +
+            "\nSee data/PREPARE_DATA.md (data) and model/pretrained_model/PREPARE_PRETRAINED_MODELS.md "
+            "(pretrained models), or override the paths with --opts KEY VALUE ('' = random init).")
+
+
 def seed_everything(seed, rank=0):
     """Seed python, numpy and torch with ``seed + rank``; a negative seed leaves them alone."""
     if seed < 0:
@@ -86,6 +107,8 @@ def run_validation(net, val_loader, metrics, label_index_in_batch):
     Args:
         label_index_in_batch: index of the label in the batch tuple (DATASET.LABEL_INDEX_IN_BATCH).
     """
+    if isinstance(net, torch.nn.parallel.DistributedDataParallel):
+        net = net.module  # no DDP forward: ranks may hold different numbers of val batches
     was_training = net.training
     net.eval()
     metrics.reset()
@@ -108,6 +131,7 @@ def train_net(args, cfg, task):
     Returns:
         (rank, model): the rank of this process and the trained model (unwrapped from DDP).
     """
+    check_inputs(cfg)
     dist_ctx = cdist.init_distributed(args.dist, args.slurm)
     rank, world_size, device = dist_ctx.rank, dist_ctx.world_size, dist_ctx.device
     if args.cudnn_off:
@@ -164,6 +188,7 @@ def train_net(args, cfg, task):
     finally:
         if writer is not None:
             writer.close()
+        cdist.cleanup()
     logging.getLogger("vlbert").info("training done; best %s %.4f at epoch %d", task.host_metric_name,
                                      validation_monitor.best_val, validation_monitor.best_epoch)
     return rank, model

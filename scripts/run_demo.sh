@@ -22,7 +22,7 @@ ln -sfn "$BERT_DIR" model/pretrained_model/all-MiniLM-L6-v2
 
 OUT="$MODEL_DIR/output/vl-bert/vcr/demo_q2a_cpu/vcr1images_train"
 CKPT="$OUT/vl-bert_demo_q2a_res18-best.model"
-"$PY" vcr/val.py --cfg "$CFG" --ckpt "$CKPT" --opts DATASET.VAL_ANNOTATION_FILE val_shapes.jsonl
+"$PY" vcr/val.py --a-cfg "$CFG" --a-ckpt "$CKPT" --opts DATASET.VAL_ANNOTATION_FILE val_shapes.jsonl
 "$PY" vcr/test.py --a-cfg "$CFG" --a-ckpt "$CKPT" --result-path "$OUT/test_result" --result-name demo
 
 cat <<MSG

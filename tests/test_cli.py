@@ -43,3 +43,18 @@ def test_config_mistake_exits_2_with_message_and_no_traceback(tmp_path):
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip() == ("error: --opts: TRAIN.GRAD_ACCULATE_STEPS: no such key; "
                                    "did you mean TRAIN.GRAD_ACCUMULATE_STEPS?")
+
+
+def test_paper_config_without_data_or_models_gives_one_message(tmp_path):
+    cmd = [sys.executable, os.path.join(ROOT, "vcr", "train_end2end.py"), "--cfg", FP16_CFG]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == "error: the config names inputs that are not on this machine:"
+    assert lines[1:5] == [
+        "  DATASET.DATASET_PATH: data folder './data/vcr'",
+        "  NETWORK.BERT_MODEL_NAME: BERT folder './model/pretrained_model/bert-base-uncased'",
+        "  NETWORK.IMAGE_PRETRAINED: ResNet weights './model/pretrained_model/resnet101-pt-vgbua-0000.model'",
+        "  NETWORK.PARTIAL_PRETRAIN: checkpoint './model/pretrained_model/vl-bert-base-e2e.model'"]
+    assert "data/PREPARE_DATA.md" in lines[5] and "model/pretrained_model/PREPARE_PRETRAINED_MODELS.md" in lines[5]
+    assert not os.path.exists(tmp_path / "output")  # nothing written before the check

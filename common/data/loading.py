@@ -4,6 +4,8 @@ import json
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from common.errors import UserInputError
+
 from .zipreader import read_bytes
 
 
@@ -22,7 +24,7 @@ def load_image(path):
         image = Image.open(io.BytesIO(data))
         image.load()
     except (UnidentifiedImageError, OSError, SyntaxError) as e:
-        raise ValueError("cannot decode image '{}': {}".format(path, e)) from None
+        raise UserInputError("cannot decode image '{}': {}".format(path, e)) from None
     image = ImageOps.exif_transpose(image)
     return image.convert("RGB") if image.mode != "RGB" else image
 
@@ -38,4 +40,4 @@ def load_json(path):
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError("invalid JSON in '{}': {}".format(path, e)) from None
+        raise UserInputError("invalid JSON in '{}': {}".format(path, e)) from None

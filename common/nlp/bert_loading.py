@@ -17,6 +17,8 @@ import warnings
 
 import torch
 
+from common.errors import UserInputError
+
 logger = logging.getLogger(__name__)
 
 CONFIG_FILES = ('bert_config.json', 'config.json')
@@ -60,7 +62,7 @@ def read_bert_config(path):
         with open(path) as f:
             return json.load(f)
     except (OSError, ValueError) as e:
-        raise ValueError("cannot read BERT config '{}': {}".format(path, e)) from e
+        raise UserInputError("cannot read BERT config '{}': {}".format(path, e)) from e
 
 
 def check_bert_config(bert_config, vlbert_config, path):
@@ -81,7 +83,7 @@ def check_bert_config(bert_config, vlbert_config, path):
         if key == 'num_hidden_layers' and 0 < ours <= bert_config[key]:
             continue
         if bert_config[key] != ours:
-            raise ValueError("{}: {}={!r} but NETWORK.VLBERT.{}={!r}; set NETWORK.VLBERT to the pretrained "
+            raise UserInputError("{}: {}={!r} but NETWORK.VLBERT.{}={!r}; set NETWORK.VLBERT to the pretrained "
                              "model's architecture".format(path, key, bert_config[key], key,
                                                            getattr(vlbert_config, key)))
 
@@ -111,12 +113,12 @@ def read_bert_weights(path):
         else:
             raw = torch.load(path, map_location='cpu', weights_only=True)
     except Exception as e:  # any reader failure is a bad file for the user
-        raise ValueError("cannot read BERT weights '{}': {}".format(path, e)) from e
+        raise UserInputError("cannot read BERT weights '{}': {}".format(path, e)) from e
     if not isinstance(raw, dict):
-        raise ValueError("BERT weights '{}' hold a {}, expected a state dict".format(path, type(raw).__name__))
+        raise UserInputError("BERT weights '{}' hold a {}, expected a state dict".format(path, type(raw).__name__))
     weights = {canonical_key(k): v for k, v in raw.items() if canonical_key(k) not in _IGNORED_KEYS}
     if not any(k.startswith(_ENCODER_PREFIXES) for k in weights):
-        raise ValueError("BERT weights '{}' contain no 'embeddings.*'/'encoder.*' keys (with or without "
+        raise UserInputError("BERT weights '{}' contain no 'embeddings.*'/'encoder.*' keys (with or without "
                          "'bert.'); first keys: {}".format(path, list(raw)[:5]))
     return weights
 
@@ -184,5 +186,5 @@ def special_token_ids(folder):
             index.setdefault(line.rstrip('\n'), i)
     missing = [t for t in DEFAULT_SPECIAL_IDS if t not in index]
     if missing:
-        raise ValueError("{} lacks the special tokens {}".format(path, missing))
+        raise UserInputError("{} lacks the special tokens {}".format(path, missing))
     return {t: index[t] for t in DEFAULT_SPECIAL_IDS}

@@ -16,6 +16,7 @@ from pytorch_pretrained_bert import BasicTokenizer
 from torch.utils.data import Dataset
 
 from common.data.loading import load_image, load_json
+from common.errors import UserInputError
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import clip_boxes_
 
@@ -42,7 +43,7 @@ NUM_CHOICES = 4
 TASKS = ("Q2A", "QA2R", "Q2AR")
 
 
-class VCRDataError(ValueError):
+class VCRDataError(UserInputError):
     """Bad VCR data; the message names the file (and jsonl line) and the problem."""
 
 

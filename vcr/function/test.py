@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 
 from common.data.build import make_dataloader
-from common.engine import load_for_inference, run_validation
+from common.engine import load_for_inference
 from common.trainer import to_device
 from vcr.function.result_csv import write_result_csv
-from vcr.function.train import VCR_TASK, build_metrics
+from vcr.function.train import VCR_TASK
 
 # Position of the (conditioned) question and its align matrix in a VCR batch (data_names order).
 QUESTION, QUESTION_ALIGN = 3, 4
@@ -18,16 +18,22 @@ def _device():
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-def val_net(cfg, ckpt_path):
-    """Accuracy of the checkpoint on the val split of ``cfg`` ('Acc': Q->A or QA->R by DATASET.TASK).
+@torch.no_grad()
+def val_correct(cfg, ckpt_path):
+    """Which val items the checkpoint answers right (Q->A or QA->R by DATASET.TASK).
 
     Returns:
-        dict metric name -> value.
+        Tensor bool (N,), in annotation-file order, so two models' results can be combined
+        into Q->AR accuracy (both right).
     """
-    model = load_for_inference(VCR_TASK, cfg, ckpt_path, _device())
-    metrics = build_metrics(cfg, False)
-    run_validation(model, make_dataloader(cfg, "val"), metrics, cfg.DATASET.LABEL_INDEX_IN_BATCH)
-    return dict(metrics.get_name_value())
+    device = _device()
+    model = load_for_inference(VCR_TASK, cfg, ckpt_path, device)
+    correct = []
+    for batch in make_dataloader(cfg, "val"):
+        batch = to_device(list(batch), device)
+        label = batch.pop(cfg.DATASET.LABEL_INDEX_IN_BATCH)
+        correct.append((model(*batch)["label_logits"].argmax(1) == label.view(-1)).cpu())
+    return torch.cat(correct)
 
 
 def _autocast(cfg, device, fp16):
