@@ -18,6 +18,10 @@ ln -sfn "$BERT_DIR" model/pretrained_model/all-MiniLM-L6-v2
 
 [ -f data/demo/test.jsonl ] || "$PY" scripts/make_demo_data.py --out data/demo
 
+# Two processes: on 2+ GPUs one per GPU, otherwise both on the CPU (a single GPU cannot host two ranks).
+if [ "$("$PY" -c 'import torch; print(torch.cuda.device_count())')" -lt 2 ]; then
+    export CUDA_VISIBLE_DEVICES=""
+fi
 ./scripts/dist_run_single.sh 2 vcr/train_end2end.py "$CFG" "$MODEL_DIR" "$@"
 
 OUT="$MODEL_DIR/output/vl-bert/vcr/demo_q2a_cpu/vcr1images_train"
