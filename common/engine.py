@@ -43,10 +43,13 @@ class Task:
         build_model: config -> model (``outputs, loss = model(*batch)`` in train mode).
         build_metrics: (config, for_training) -> metric with update(outputs)/get()/reset().
         host_metric_name: validation metric that picks the best epoch (e.g. 'Acc').
+        find_unused_parameters: the model may leave trainable params out of a step's graph
+            (DDP must then look for them, which costs a graph traversal per synced micro-batch).
     """
     build_model: Callable
     build_metrics: Callable
     host_metric_name: str = "Acc"
+    find_unused_parameters: bool = False
 
 
 def check_inputs(cfg):
@@ -167,9 +170,9 @@ def train_net(args, cfg, task):
 
     net = model
     if world_size > 1:
-        # Some heads are not used by every config (pooler, pretraining heads): let DDP skip them.
         net = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=True)
+            model, device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=task.find_unused_parameters)
 
     writer = None
     if rank == 0:

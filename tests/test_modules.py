@@ -256,3 +256,9 @@ def test_losses_match_definitions():
                           F.cross_entropy(mlm_logits.view(-1, 5), labels.view(-1), ignore_index=-1))
     per_sample = F.cross_entropy(mlm_logits[0, [0, 2]], torch.tensor([1, 2]))
     assert torch.allclose(masked_lm_loss(mlm_logits, labels, True), per_sample, atol=1e-3)
+
+
+def test_vcr_without_pooler_is_a_config_error():
+    from common.errors import UserInputError
+    with pytest.raises(UserInputError, match=r"NETWORK\.VLBERT\.with_pooler: the VCR answer classifier reads"):
+        build('vcr', 'base_q2a_4x16G_fp32.yaml', TINY + ['NETWORK.VLBERT.with_pooler', False])

@@ -3,6 +3,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.errors import UserInputError
 from common.fast_rcnn import FastRCNN
 from common.nlp.heads import MVRCHeadTransform
 from common.nlp.modeling import init_bert_weights
@@ -37,6 +38,9 @@ class ResNetVLBERT(VLBertModule):
             raise ValueError("NETWORK.FOR_MASK_VL_MODELING_PRETRAIN is not supported for VCR (nor in the reference)")
         if net.ANSWER_FIRST and net.QA_ONE_SENT:
             raise ValueError("NETWORK.ANSWER_FIRST with NETWORK.QA_ONE_SENT is not supported (nor in the reference)")
+        if not vl.with_pooler:
+            raise UserInputError("NETWORK.VLBERT.with_pooler: the VCR answer classifier reads the pooled [CLS] "
+                                 "output; set it to true")
         # Blind models have no RoI features to regularise.
         self.enable_cnn_reg_loss = net.ENABLE_CNN_REG_LOSS and not net.BLIND
         self.cnn_loss_top = net.CNN_LOSS_TOP
