@@ -11,9 +11,9 @@ calls on native autocast::
     optimizer.step()          # skipped when the gradients hold inf/nan
 
 Everything is done by one :class:`LossScaler` (the idea of timm's ``NativeScaler``: one object
-that scales, runs backward, unscales once, clips, steps and updates, with its own state dict);
-the module-level functions are a thin facade over the scaler attached to an optimizer. The
-shared trainer (``common/trainer.py``) talks to the scaler directly.
+that scales, runs backward, unscales once, clips, steps and updates, with its own state dict)
+built on ``torch.amp.GradScaler``; the module-level functions are a thin facade over the scaler
+attached to an optimizer. The shared trainer (``common/trainer.py``) talks to the scaler directly.
 
 Weights stay fp32 and are the master params; only the forward runs in fp16/bf16 (autocast),
 so Apex's O1/O2/O3 all mean "autocast with fp32 master weights" here and O0 means fp32.
@@ -61,17 +61,23 @@ class StepResult(NamedTuple):
 class LossScaler:
     """Loss scaling for one optimizer: scale -> backward -> unscale once -> clip -> step -> update.
 
+    The scaling itself is a ``torch.amp.GradScaler`` (:attr:`grad_scaler`): it multiplies the
+    loss, unscales the gradients while looking for inf/nan, skips ``optimizer.step()`` when it
+    finds some and adjusts the scale. This class adds what Apex had and GradScaler lacks: a floor
+    and a cap on the dynamic scale, a constant-scale mode, unscaling that may be asked for more
+    than once per step, the skipped-step report the trainer needs, and Apex's state-dict names.
+
     Modes (``loss_scale``):
 
-    * ``None`` (fp32 or bf16): scale 1, nothing to grow or shrink.
+    * ``None`` (fp32 or bf16): no scaling (the GradScaler is disabled). A step whose gradients
+      hold inf/nan is still skipped, found from the total gradient norm.
     * ``'dynamic'``: starts at ``init_scale`` (2**16), halves on a step with inf/nan gradients,
       doubles after ``growth_interval`` (2000) clean steps in a row, clamped to
       ``[min_loss_scale, max_loss_scale]`` (Apex's dynamic scaler; the reference used a floor of 128).
-    * a number: constant scale.
+    * a number: constant scale; steps with inf/nan gradients are skipped, the scale stays.
 
-    In every mode a step whose gradients hold inf/nan (or whose clipped norm is not finite) is
-    skipped: ``optimizer.step()`` is not called, so params and optimizer state stay untouched.
-    Gradients are unscaled exactly once per optimizer step however often :meth:`unscale_` runs.
+    A skipped step leaves params and optimizer state untouched (``optimizer.step()`` is not
+    called); so does a step whose clipped total norm is not finite.
 
     Args:
         loss_scale: ``None``, ``'dynamic'`` or a positive number.
@@ -79,70 +85,56 @@ class LossScaler:
         max_loss_scale: cap of the dynamic scale.
         init_scale: first dynamic scale.
         growth_interval: clean steps before the dynamic scale doubles.
+        device: device type of the gradients (``'cpu'``, ``'cuda'``); :func:`initialize` passes
+            the one of the model's params.
 
     Raises:
         ValueError: a loss scale that is neither ``'dynamic'`` nor a positive finite number.
     """
 
     def __init__(self, loss_scale: Union[None, str, float] = None, min_loss_scale: Optional[float] = None,
-                 max_loss_scale: float = 2. ** 24, init_scale: float = 2. ** 16, growth_interval: int = 2000):
+                 max_loss_scale: float = 2. ** 24, init_scale: float = 2. ** 16, growth_interval: int = 2000,
+                 device: str = "cpu"):
         self.dynamic = isinstance(loss_scale, str)
         if self.dynamic and loss_scale != "dynamic":
             raise ValueError("TRAIN.FP16_LOSS_SCALE: expected 'dynamic' or a number, got {!r}".format(loss_scale))
+        self.min_loss_scale = min_loss_scale
+        self.max_loss_scale = float(max_loss_scale)
         if self.dynamic:
-            scale = min(max(float(init_scale), min_loss_scale or 0.), max_loss_scale)
+            scale = self._clamp(float(init_scale))
         else:
             scale = 1. if loss_scale is None else float(loss_scale)
         if not (math.isfinite(scale) and scale > 0):
             raise ValueError("TRAIN.FP16_LOSS_SCALE: expected a positive finite number, got {!r}".format(loss_scale))
-        self.scale = scale
-        self.min_loss_scale = min_loss_scale
-        self.max_loss_scale = float(max_loss_scale)
-        self.growth_interval = int(growth_interval)
-        self.unskipped = 0  # clean steps since the last change of the dynamic scale
-        self._found_inf = None  # per-step: 0-dim float tensor once the gradients are unscaled
-        self._in_step = False
+        self.grad_scaler = torch.amp.GradScaler(device, init_scale=scale, growth_interval=int(growth_interval),
+                                                enabled=loss_scale is not None)
+        self._scale = scale  # host copy of the scale: reading it never waits for the device
+        self._unscaled = False  # this step's gradients are unscaled already
+        self._in_step = False  # the scaler is calling optimizer.step() (see _amp_optimizer_step)
+
+    def _clamp(self, scale: float) -> float:
+        return min(max(scale, self.min_loss_scale or 0.), self.max_loss_scale)
 
     # -- the pieces, in the order a step uses them ---------------------------------------------
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
-        """``loss * scale`` (the loss itself when the scale is 1)."""
-        return loss if self.scale == 1. else loss * self.scale
+        """``loss * scale`` (the loss itself when not scaling)."""
+        return self.grad_scaler.scale(loss)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of the scaled loss; gradients accumulate, scaled, into ``.grad``."""
         self.scale_loss(loss).backward()
 
-    def unscale_(self, optimizer: torch.optim.Optimizer) -> torch.Tensor:
-        """Divide the gradients by the scale and look for inf/nan, once per step.
-
-        Returns:
-            0-dim float32 tensor on the gradients' device: 1. if any gradient is not finite.
-        """
-        if self._found_inf is not None:
-            return self._found_inf
-        grads = {}
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    grads.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
-        if not grads:
-            self._found_inf = torch.zeros(())
-            return self._found_inf
-        found = []
-        for (device, _), group_grads in grads.items():
-            found_inf = torch.zeros(1, device=device)
-            inv_scale = torch.full((1,), 1. / self.scale, device=device)
-            # The kernel torch.amp.GradScaler uses: in-place multiply + finite check in one pass.
-            torch._amp_foreach_non_finite_check_and_unscale_(group_grads, found_inf, inv_scale)
-            found.append(found_inf)
-        device = found[0].device
-        self._found_inf = torch.stack([f.to(device) for f in found]).amax()
-        return self._found_inf
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide the optimizer's gradients by the scale, once per step however often called
+        (``GradScaler.unscale_`` raises on a second call)."""
+        if not self._unscaled:
+            self.grad_scaler.unscale_(optimizer)
+            self._unscaled = True
 
     def step(self, optimizer: torch.optim.Optimizer, max_norm: Optional[float] = None,
              parameters=None) -> StepResult:
-        """Unscale (if not done yet), clip, then ``optimizer.step()`` unless a gradient or the
-        norm is not finite; update the scale either way.
+        """Unscale (if not done yet), clip, then ``GradScaler.step`` (which skips the optimizer
+        step on inf/nan gradients) unless the clipped norm is not finite; :meth:`update` either way.
 
         Args:
             optimizer: the optimizer whose gradients were produced through :meth:`backward`.
@@ -153,52 +145,85 @@ class LossScaler:
             :class:`StepResult`; ``grad_norm`` is the total norm before clipping, in true
             (unscaled) gradient units.
         """
-        found_inf = self.unscale_(optimizer)
+        self.unscale_(optimizer)
         grad_norm = None
+        finite = True
         if max_norm is not None and max_norm > 0:
             if parameters is None:
                 parameters = [p for g in optimizer.param_groups for p in g["params"]]
-            norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
-            # One host sync for both numbers.
-            found, grad_norm = torch.stack([found_inf.to(norm.device), norm.float()]).tolist()
-            skip = found > 0 or not math.isfinite(grad_norm)
-        else:
-            skip = found_inf.item() > 0
-        if not skip:
+            grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm).item()
+            finite = math.isfinite(grad_norm)
+        elif not self.grad_scaler.is_enabled():
+            # A disabled GradScaler does not look for inf/nan; a non-finite total norm tells.
+            grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+            finite = not grads or math.isfinite(torch.nn.utils.get_total_norm(grads).item())
+        if finite:
             self._in_step = True
             try:
-                optimizer.step()
+                self.grad_scaler.step(optimizer)
             finally:
                 self._in_step = False
-        self.update(overflow=skip)
-        return StepResult(not skip, grad_norm)
+        overflow = self.update()
+        return StepResult(finite and not overflow, grad_norm)
 
-    def update(self, overflow: bool) -> None:
-        """End of a step: adjust the dynamic scale and forget the step's unscale state."""
-        self._found_inf = None
-        if not self.dynamic:
-            return
-        if overflow:
-            self.scale = self.scale / 2.
-            if self.min_loss_scale is not None:
-                self.scale = max(self.scale, float(self.min_loss_scale))
-            self.unskipped = 0
-            return
-        self.unskipped += 1
-        if self.unskipped == self.growth_interval:
-            self.scale = min(self.scale * 2., self.max_loss_scale)
-            self.unskipped = 0
+    def update(self) -> bool:
+        """End of a step: ``GradScaler.update()``, then the floor and cap (dynamic) or the
+        constant scale put back (fixed) through ``GradScaler.update(new_scale)``.
 
-    # -- checkpoints -----------------------------------------------------------------------------
+        Returns:
+            True when the step's gradients held inf/nan (GradScaler lowered the scale, so it
+            skipped the optimizer step); always False without scaling.
+        """
+        self._unscaled = False
+        if not self.grad_scaler.is_enabled():
+            return False
+        before = self._scale
+        self.grad_scaler.update()
+        after = self.grad_scaler.get_scale()
+        target = self._clamp(after) if self.dynamic else before
+        if target != after:
+            self.grad_scaler.update(target)
+        self._scale = target
+        return after < before
+
+    # -- state -------------------------------------------------------------------------------------
+    @property
+    def scale(self) -> float:
+        """Current loss scale (1.0 without scaling)."""
+        return self._scale
+
+    @scale.setter
+    def scale(self, value: float) -> None:
+        self._set(float(value), self.unskipped)
+
+    @property
+    def unskipped(self) -> int:
+        """Clean steps since the dynamic scale last changed (GradScaler's growth tracker)."""
+        return self.grad_scaler.state_dict()["_growth_tracker"] if self.grad_scaler.is_enabled() else 0
+
+    @unskipped.setter
+    def unskipped(self, value: int) -> None:
+        self._set(self._scale, int(value))
+
+    def _set(self, scale: float, unskipped: int) -> None:
+        """Put scale and growth tracker into the GradScaler (its public state dict)."""
+        if not self.grad_scaler.is_enabled():
+            raise ValueError("this loss scaler does not scale (fp32 or bf16): its scale stays 1")
+        state = self.grad_scaler.state_dict()
+        state.update(scale=scale, _growth_tracker=unskipped)
+        self.grad_scaler.load_state_dict(state)
+        self._scale = scale
+
     def state_dict(self) -> dict:
         """``{'loss_scale': float, 'unskipped': int}``: the names of an Apex loss scaler's state."""
-        return {"loss_scale": self.scale, "unskipped": self.unskipped}
+        return {"loss_scale": self._scale, "unskipped": self.unskipped}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore :meth:`state_dict`; a fixed-scale or unscaled run keeps its configured scale."""
-        if self.dynamic:
-            self.scale = float(state_dict["loss_scale"])
-        self.unskipped = int(state_dict["unskipped"])
+        """Restore :meth:`state_dict` (ours or Apex's); a fixed-scale run keeps its configured
+        scale, a run without scaling ignores it."""
+        if self.grad_scaler.is_enabled():
+            self._set(float(state_dict["loss_scale"]) if self.dynamic else self._scale,
+                      int(state_dict["unskipped"]))
 
 
 def _autocast_forward(module, *args, **kwargs):
@@ -227,8 +252,9 @@ def initialize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, opt_lev
     """Apex ``amp.initialize`` on autocast: returns the same ``(model, optimizer)`` objects.
 
     The model's forward then runs under ``torch.autocast(<device type of its params>, dtype)``;
-    weights stay fp32. The optimizer gets a :class:`LossScaler` (see :func:`scaler_of`) and its
-    ``step()`` skips steps with non-finite gradients. bf16 and fp32 do not scale the loss.
+    weights stay fp32. The optimizer gets a :class:`LossScaler` (see :func:`scaler_of`) on the
+    params' device; its ``step()`` goes through the scaler's ``torch.amp.GradScaler`` and skips
+    steps with non-finite gradients. bf16 and fp32 do not scale the loss.
     An LR scheduler built before or after this call keeps working without warnings (the
     scheduler's marker on ``optimizer.step`` is preserved).
 
@@ -262,7 +288,8 @@ def initialize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, opt_lev
             model._amp_orig_forward = model.forward
             model.forward = types.MethodType(_autocast_forward, model)
     _SCALERS[optimizer] = LossScaler(loss_scale if dtype == torch.float16 else None,
-                                     min_loss_scale=min_loss_scale, max_loss_scale=max_loss_scale)
+                                     min_loss_scale=min_loss_scale, max_loss_scale=max_loss_scale,
+                                     device=param.device.type)
     optimizer._amp_orig_step = optimizer.step
 
     def step(opt, *args, **kwargs):
