@@ -3,7 +3,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 from common.data.samplers import (DistributedSampler, GroupedBatchSampler, InferenceSampler,
-                                  ResumableBatchSampler, aspect_ratio_group_ids, make_batch_sampler)
+                                  ResumableBatchSampler, SampleKey, aspect_ratio_group_ids, make_batch_sampler,
+                                  resolve_key)
 
 
 class _Data:
@@ -149,3 +150,39 @@ def test_make_batch_sampler_eval_counts_each_sample_once():
     for r in range(3):
         seen += [i for b in make_batch_sampler(data, 2, False, world_size=3, rank=r) for i in b]
     assert sorted(seen) == list(range(10))
+
+
+def test_sample_keys_carry_epoch_seed_and_skip():
+    data = _Data(23)
+    plain = make_batch_sampler(data, 4, True, world_size=2, rank=1, seed=5)
+    keyed = make_batch_sampler(data, 4, True, world_size=2, rank=1, seed=5, sample_keys=True)
+    for bs in (plain, keyed):
+        bs.set_epoch(3)
+    full = list(keyed)
+    assert [[k.index for k in b] for b in full] == list(plain)
+    assert {(k.epoch, k.seed) for b in full for k in b} == {(3, 5)}
+    keyed.skip(2)
+    assert list(keyed) == full[2:]
+    # grouped training batches and evaluation shards are keyed too (evaluation: epoch 0)
+    grouped = make_batch_sampler(_Data(6, [0, 1] * 3), 2, True, aspect_grouping=True, seed=1, sample_keys=True)
+    grouped.set_epoch(2)
+    assert {(k.epoch, k.seed) for b in grouped for k in b} == {(2, 1)}
+    val = make_batch_sampler(data, 10, False, world_size=2, rank=1, seed=5, sample_keys=True)
+    assert list(val) == [[SampleKey(i, 0, 5) for i in range(11, 21)], [SampleKey(i, 0, 5) for i in range(21, 23)]]
+    # a DataLoader hands the keys to the dataset unchanged
+    keyed.set_epoch(3)
+    assert [[tuple(k) for k in b] for b in DataLoader(data, batch_sampler=keyed, collate_fn=list)] == \
+        [[tuple(k) for k in b] for b in full]
+    with pytest.raises(ValueError, match="key_seed"):
+        ResumableBatchSampler(torch.utils.data.BatchSampler(range(4), 2, False), key_seed=-1)
+
+
+def test_sample_key_generator_is_a_function_of_the_key():
+    def draws(key):
+        return torch.rand(4, generator=key.generator()).tolist()
+    assert draws(SampleKey(7, 2, 0)) == draws(SampleKey(7, 2, 0))
+    # neighbours whose naive sum seed + epoch + index collides still get different streams
+    keys = [SampleKey(7, 2, 0), SampleKey(8, 1, 0), SampleKey(7, 1, 1), SampleKey(6, 3, 0)]
+    assert len({tuple(draws(k)) for k in keys}) == len(keys)
+    assert resolve_key(SampleKey(4, 0, 0))[0] == 4
+    assert resolve_key(torch.tensor(4)) == (4, None)

@@ -6,6 +6,7 @@ from yacs.config import CfgNode as CN
 
 from common.data import transforms as T
 from common.data.loading import load_image, load_json
+from common.data.samplers import SampleKey
 
 
 def _sample(w=8, h=4, boxes=((1.0, 0.0, 2.0, 3.0),), texts=None):
@@ -68,6 +69,19 @@ def test_flip_rate_follows_prob():
     torch.manual_seed(0)
     flips = sum(T.RandomHorizontalFlip(0.5)(_sample())["flipped"] for _ in range(400))
     assert 160 < flips < 240
+
+
+def test_flip_draws_from_the_sample_generator():
+    flip = T.RandomHorizontalFlip(0.3)
+
+    def coin(key):
+        return flip(dict(_sample(), generator=SampleKey(key, 1, 0).generator()))["flipped"]
+    expected = [torch.rand((), generator=SampleKey(i, 1, 0).generator()).item() < 0.3 for i in range(400)]
+    torch.manual_seed(0)
+    first = [coin(i) for i in range(400)]
+    torch.manual_seed(1)  # the global RNG plays no part
+    assert first == [coin(i) for i in range(400)] == expected
+    assert 80 < sum(first) < 160
 
 
 def test_normalize_is_bgr_255():

@@ -312,3 +312,49 @@ def test_missing_data_is_one_clear_message(tmp_path):
                                       "DATASET.TRAIN_IMAGE_SET": "imgs", "DATASET.ZIP_MODE": True}), "train")
     with pytest.raises(KeyError, match="'vqa2' is not a registered dataset; known: .*vcr"):
         make_dataloader(_cfg(root, **{"DATASET.DATASET": "vqa2"}), "train")
+
+
+# ---------------------------------------------------------------- reproducible augmentation
+def _flips(loader, epoch, skip=0):
+    """Batches of (dataset index, flipped) for one pass; box 1 (object 0, x1 = 10) moves iff flipped."""
+    loader.batch_sampler.set_epoch(epoch)
+    loader.batch_sampler.skip(skip)
+    return [[(int(info[4]), bool(boxes[1, 0] != 10)) for info, boxes in zip(b[-1], b[1])] for b in loader]
+
+
+@pytest.fixture
+def flip_root(tmp_path):
+    lines = [dict(LINE, annot_id="val-{}".format(i)) for i in range(12)]
+    yield write_vcr(str(tmp_path), lines=lines)
+    ZipReader.close_all()
+
+
+def _flip_loader(root, workers=0, seed=3, world_size=1, rank=0):
+    import vcr.data  # noqa: F401  registers 'vcr'
+    from common.data.build import make_dataloader
+    cfg = _cfg(root, **{"TRAIN.FLIP_PROB": 0.5, "NUM_WORKERS_PER_GPU": workers, "RNG_SEED": seed})
+    return make_dataloader(cfg, "train", world_size=world_size, rank=rank)
+
+
+def test_flips_independent_of_workers_skip_and_ranks(flip_root):
+    full = _flips(_flip_loader(flip_root), epoch=1)
+    assert len(full) == 6 and 0 < sum(f for b in full for _, f in b) < 12
+    two_workers = _flip_loader(flip_root, workers=2)
+    assert _flips(two_workers, epoch=0) != full  # the persistent workers also serve another epoch first
+    assert _flips(two_workers, epoch=1) == full
+    # a resumed run: fresh workers, first 3 batches skipped, so batch m goes to another worker
+    assert _flips(_flip_loader(flip_root, workers=2), epoch=1, skip=3) == full[3:]
+    ranks = [_flips(_flip_loader(flip_root, world_size=2, rank=r), epoch=1) for r in range(2)]
+    assert sorted(x for part in ranks for b in part for x in b) == sorted(x for b in full for x in b)
+
+
+def test_flips_change_with_epoch_and_seed(flip_root):
+    loader = _flip_loader(flip_root)
+    by_index = [dict(x for b in _flips(loader, epoch=e) for x in b) for e in (1, 2)]
+    assert by_index[0] != by_index[1]
+    other_seed = dict(x for b in _flips(_flip_loader(flip_root, seed=4), epoch=1) for x in b)
+    assert other_seed != by_index[0]
+    # evaluation loaders are keyed too but do not flip (VAL.FLIP_PROB 0)
+    from common.data.build import make_dataloader
+    val = make_dataloader(_cfg(flip_root, **{"TRAIN.FLIP_PROB": 0.5}), "val")
+    assert not any(f for b in _flips(val, epoch=0) for _, f in b)

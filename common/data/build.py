@@ -2,8 +2,10 @@
 
 A task registers its dataset class under the ``DATASET.DATASET`` name it answers to
 (``register_dataset('vcr', VCRDataset)``, done by importing ``vcr.data``). The class
-provides ``from_config(cfg, mode, transform)`` and ``data_names``; everything else here is
-shared (maskrcnn-benchmark ``data/build.py`` has the same shape).
+provides ``from_config(cfg, mode, transform)`` and ``data_names``, and its ``__getitem__``
+takes a ``SampleKey`` (``common.data.samplers.resolve_key`` turns it into the index and the
+generator its random transforms draw from); everything else here is shared
+(maskrcnn-benchmark ``data/build.py`` has the same shape).
 """
 import torch
 from torch.utils.data import DataLoader
@@ -56,11 +58,16 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
     every epoch and ``.skip(n)`` to resume mid-epoch) and ``TRAIN.ASPECT_GROUPING``;
     evaluation shards the data without padding so each sample is seen once.
 
+    The dataset receives ``SampleKey(index, epoch, max(RNG_SEED, 0))`` items (epoch 0 in
+    evaluation) and draws its random augmentation from ``key.generator()``: a flip depends on
+    the seed, the epoch and the sample only, never on the worker, the rank count or a resume.
+
     Args:
         cfg: frozen CfgNode of the task.
         mode: ``'train'``, ``'val'`` or ``'test'``.
         world_size, rank: data-parallel layout.
-        dataset: use this dataset instead of building one from ``cfg``.
+        dataset: use this dataset instead of building one from ``cfg`` (it must accept
+            ``SampleKey`` indices, see the module docstring).
     Returns:
         ``torch.utils.data.DataLoader`` yielding tuples in ``dataset.data_names`` order
         (plus the in-batch index when ``DATASET.APPEND_INDEX``).
@@ -71,7 +78,7 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
     batch_sampler = make_batch_sampler(
         dataset, _batch_size(cfg, mode), is_train, world_size=world_size, rank=rank,
         shuffle=cfg.TRAIN.SHUFFLE if is_train else False,
-        aspect_grouping=is_train and cfg.TRAIN.ASPECT_GROUPING, seed=max(cfg.RNG_SEED, 0))
+        aspect_grouping=is_train and cfg.TRAIN.ASPECT_GROUPING, seed=max(cfg.RNG_SEED, 0), sample_keys=True)
     workers = cfg.NUM_WORKERS_PER_GPU
     # Own generator: creating an iterator then draws its worker seed from it, not from the
     # global RNG that a resumed run restores (exact mid-epoch resume).

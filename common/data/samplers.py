@@ -4,13 +4,48 @@ batching and a resumable batch sampler.
 The training order of an epoch depends only on ``(seed, epoch)``, never on a global RNG,
 so a job resumed in the middle of an epoch reproduces that epoch's order and skips the
 batches it has already trained on without loading them (``ResumableBatchSampler.skip``).
+Random augmentation follows the same rule: a batch sampler can hand the dataset
+``SampleKey(index, epoch, seed)`` instead of a bare index, and the dataset draws every random
+decision of that sample from ``key.generator()``, so a decision never depends on which worker,
+rank or resumed process loads the sample.
 Ideas from maskrcnn-benchmark (``data/samplers``) and detectron2 (``InferenceSampler``).
 """
 import math
-from collections import defaultdict
+from collections import defaultdict, namedtuple
 
+import numpy as np
 import torch
 from torch.utils.data.sampler import BatchSampler, Sampler
+
+
+class SampleKey(namedtuple("SampleKey", "index epoch seed")):
+    """What a keyed batch sampler yields for one sample: dataset ``index``, training ``epoch``
+    and base ``seed`` (``max(RNG_SEED, 0)``), all ints >= 0.
+
+    The index is the global dataset index, so the key (and every random decision drawn from
+    it) is the same on whatever rank, worker or resumed process the sample is loaded.
+    """
+    __slots__ = ()
+
+    def generator(self):
+        """A fresh ``torch.Generator`` seeded from ``(seed, epoch, index)``.
+
+        The three ints go through numpy's ``SeedSequence`` hash, so nearby keys (index i of
+        epoch e+1 vs index i+1 of epoch e) get unrelated streams, unlike ``seed + epoch + index``.
+        """
+        state = np.random.SeedSequence([self.seed, self.epoch, self.index]).generate_state(1, np.uint64)
+        return torch.Generator().manual_seed(int(state[0]))
+
+
+def resolve_key(key):
+    """``(index, generator)`` for what a dataset's ``__getitem__`` receives.
+
+    A ``SampleKey`` gives its index and ``key.generator()``; a plain int (direct indexing)
+    gives ``(key, None)``: random transforms then draw from torch's global RNG.
+    """
+    if isinstance(key, SampleKey):
+        return key.index, key.generator()
+    return int(key), None
 
 
 def _check_rank(num_replicas, rank):
@@ -147,7 +182,7 @@ class GroupedBatchSampler(BatchSampler):
 
 class ResumableBatchSampler(Sampler):
     """Wraps a batch sampler: forwards ``set_epoch``, can skip the first batches of an epoch,
-    and can deal whole batches out to ranks.
+    can deal whole batches out to ranks, and can turn indices into ``SampleKey``s.
 
     ``skip(n)`` makes the next iteration start at batch ``n`` of the epoch (used once, then
     reset): a mid-epoch resume skips the batches already trained on without loading them.
@@ -158,17 +193,29 @@ class ResumableBatchSampler(Sampler):
 
     ``len()`` is the full epoch length on this rank, skipped batches included, so schedules
     computed from ``len(loader)`` do not change on resume.
+
+    Args:
+        batch_sampler: yields lists of dataset indices.
+        num_replicas, rank (int): deal batches out to ranks (see above).
+        key_seed (int or None): if set, batches are lists of ``SampleKey(index, epoch, key_seed)``
+            (``epoch`` as last given to ``set_epoch``, 0 before) instead of ints.
     """
 
-    def __init__(self, batch_sampler, num_replicas=1, rank=0):
+    def __init__(self, batch_sampler, num_replicas=1, rank=0, key_seed=None):
         _check_rank(num_replicas, rank)
+        if key_seed is not None and key_seed < 0:
+            raise ValueError("key_seed must be >= 0 (use max(RNG_SEED, 0)), got {}".format(key_seed))
         self.batch_sampler = batch_sampler
         self.num_replicas = num_replicas
         self.rank = rank
+        self.key_seed = key_seed
+        self.epoch = 0
         self._skip = 0
 
     def set_epoch(self, epoch):
-        """Forward the epoch to the innermost sampler that has ``set_epoch``."""
+        """Record the epoch (for sample keys) and forward it to the innermost sampler that has
+        ``set_epoch``."""
+        self.epoch = int(epoch)
         inner = getattr(self.batch_sampler, "sampler", None)
         for obj in (self.batch_sampler, inner):
             if hasattr(obj, "set_epoch"):
@@ -192,22 +239,23 @@ class ResumableBatchSampler(Sampler):
 
     def __iter__(self):
         skip, self._skip = self._skip, 0
+        epoch, seed = self.epoch, self.key_seed
         for i, batch in enumerate(self._batches()):
             if i >= skip:
-                yield batch
+                yield batch if seed is None else [SampleKey(int(j), epoch, seed) for j in batch]
 
     def __len__(self):
         return int(math.ceil(len(self.batch_sampler) / self.num_replicas))
 
 
 def make_batch_sampler(dataset, batch_size, is_train, world_size=1, rank=0, shuffle=None,
-                       aspect_grouping=False, seed=0, drop_last=False):
+                       aspect_grouping=False, seed=0, drop_last=False, sample_keys=False):
     """Build the per-rank batch sampler of a loader.
 
     Training (``is_train``): a ``ResumableBatchSampler`` over a seeded ``DistributedSampler``
     (call ``set_epoch`` every epoch, ``skip`` to resume). With ``aspect_grouping``, batches are
     formed from the global order by ``GroupedBatchSampler`` using ``dataset.group_ids`` (see
-    ``aspect_ratio_group_ids``) and dealt out to ranks whole. Evaluation: plain batches over an
+    ``aspect_ratio_group_ids``) and dealt out to ranks whole. Evaluation: batches over an
     ``InferenceSampler`` shard (no duplicates; ranks may get one batch more or less).
 
     Args:
@@ -217,16 +265,21 @@ def make_batch_sampler(dataset, batch_size, is_train, world_size=1, rank=0, shuf
         world_size, rank (int): data-parallel layout.
         shuffle (bool or None): shuffle the training order; ``None`` means ``is_train``.
         aspect_grouping (bool): group samples by aspect ratio (training only).
-        seed (int): base seed of the shuffle, identical on all ranks (``max(RNG_SEED, 0)``).
+        seed (int): base seed of the shuffle and of the sample keys, identical on all ranks
+            (``max(RNG_SEED, 0)``).
         drop_last (bool): drop the last incomplete batch (or uneven group batches).
+        sample_keys (bool): yield ``SampleKey(index, epoch, seed)`` instead of ints, for datasets
+            that draw their augmentation from ``key.generator()`` (evaluation keys have epoch 0).
     Returns:
         a batch sampler to pass as ``DataLoader(batch_sampler=...)``.
     Raises:
         ValueError: aspect grouping on a dataset without ``group_ids`` of the right length.
     """
     size = len(dataset)
+    key_seed = seed if sample_keys else None
     if not is_train:
-        return BatchSampler(InferenceSampler(size, world_size, rank), batch_size, drop_last)
+        shard = BatchSampler(InferenceSampler(size, world_size, rank), batch_size, drop_last)
+        return ResumableBatchSampler(shard, key_seed=key_seed) if sample_keys else shard
     shuffle = is_train if shuffle is None else shuffle
     if aspect_grouping:
         group_ids = getattr(dataset, "group_ids", None)
@@ -234,6 +287,7 @@ def make_batch_sampler(dataset, batch_size, is_train, world_size=1, rank=0, shuf
             raise ValueError("aspect grouping needs {}.group_ids with one id per sample ({} samples)".format(
                 type(dataset).__name__, size))
         order = DistributedSampler(size, 1, 0, shuffle=shuffle, seed=seed)
-        return ResumableBatchSampler(GroupedBatchSampler(order, group_ids, batch_size, drop_last), world_size, rank)
+        return ResumableBatchSampler(GroupedBatchSampler(order, group_ids, batch_size, drop_last), world_size, rank,
+                                     key_seed=key_seed)
     sampler = DistributedSampler(size, world_size, rank, shuffle=shuffle, seed=seed)
-    return ResumableBatchSampler(BatchSampler(sampler, batch_size, drop_last))
+    return ResumableBatchSampler(BatchSampler(sampler, batch_size, drop_last), key_seed=key_seed)

@@ -9,6 +9,10 @@ A transform takes and returns a *sample* dict:
 - ``im_info``: float tensor ``(5,)``: ``width, height, scale_x, scale_y, index``.
 - ``texts`` (optional): list of token lists; a token is a word string or a list of object
   indices (VCR format). Only the horizontal flip reads it.
+- ``generator`` (optional): ``torch.Generator`` every random transform draws from. Datasets
+  set it from the sample's ``SampleKey`` (``common.data.samplers``), which makes each random
+  decision a function of ``(seed, epoch, index)`` alone; without it the draw comes from torch's
+  global RNG (in a DataLoader worker: the worker's own, not reproducible across workers).
 
 Difference from the reference release: its flip mirrors the image but leaves the text
 alone, so "the man on the left" becomes false for half of the training samples. Ours also
@@ -109,15 +113,15 @@ class RandomHorizontalFlip:
     """Mirror image, boxes and masks with probability ``prob``; swap left/right in ``texts``.
 
     A box ``x1, x2`` becomes ``w - 1 - x2, w - 1 - x1`` (inclusive pixel indices). The
-    coin is ``torch.rand``, so DataLoader worker seeding makes it reproducible.
-    Sets ``sample["flipped"]``.
+    coin is one ``torch.rand`` draw from ``sample["generator"]`` (global RNG when absent); with
+    ``prob`` 0 nothing is drawn. Sets ``sample["flipped"]``.
     """
 
     def __init__(self, prob=0.5):
         self.prob = prob
 
     def __call__(self, sample):
-        flip = self.prob > 0 and torch.rand(()).item() < self.prob
+        flip = self.prob > 0 and torch.rand((), generator=sample.get("generator")).item() < self.prob
         sample["flipped"] = flip
         if not flip:
             return sample

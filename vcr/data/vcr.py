@@ -16,6 +16,7 @@ from pytorch_pretrained_bert import BasicTokenizer
 from torch.utils.data import Dataset
 
 from common.data.loading import load_image, load_json
+from common.data.samplers import resolve_key
 from common.errors import UserInputError
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import clip_boxes_
@@ -145,6 +146,10 @@ class VCRDataset(Dataset):
     ``masks`` come from the metadata ``segms`` (all ones where a file has none). Without a
     ``transform`` ``image`` stays a ``PIL.Image``; a flip in ``transform`` also swaps
     left/right in the texts (see ``common.data.transforms``).
+
+    ``dataset[key]`` takes an int or a ``common.data.samplers.SampleKey`` (what the loaders of
+    ``make_dataloader`` yield); with a key, random transforms draw from ``key.generator()``,
+    so an item depends only on ``(seed, epoch, index)``, whatever worker or rank loads it.
 
     Differences from the reference: person names restart at "Casey" in every item (the
     reference continues a counter across items, so a sample's text depended on load order);
@@ -370,7 +375,8 @@ class VCRDataset(Dataset):
             masks = torch.cat([torch.ones(1, *self.mask_size), masks])
         return boxes, masks
 
-    def __getitem__(self, index):
+    def __getitem__(self, key):
+        index, generator = resolve_key(key)
         ann = self.annotations[index]
         meta = self._load(load_json, ann["metadata_fn"], ann)
         image = self._load(load_image, ann["img_fn"], ann)
@@ -387,7 +393,8 @@ class VCRDataset(Dataset):
 
         w0, h0 = image.size
         sample = {"image": image, "boxes": boxes, "masks": masks,
-                  "im_info": torch.tensor([w0, h0, 1.0, 1.0, index], dtype=torch.float32), "texts": texts}
+                  "im_info": torch.tensor([w0, h0, 1.0, 1.0, index], dtype=torch.float32), "texts": texts,
+                  "generator": generator}
         if self.transform is not None:
             sample = self.transform(sample)
         clip_boxes_(sample["boxes"], sample["im_info"][0].item(), sample["im_info"][1].item())
