@@ -270,6 +270,8 @@ def test_error_box_count_mismatch(tmp_path):
 def test_error_missing_vocab(tmp_path):
     with pytest.raises(FileNotFoundError, match="BERT folder '.*nobert' has no vocab.txt.*PREPARE_PRETRAINED"):
         build_tokenizer(str(tmp_path / "nobert"))
+    with pytest.raises(FileNotFoundError, match="NETWORK.BERT_MODEL_NAME is empty: the text is tokenised with"):
+        build_tokenizer("")
 
 
 # ---------------------------------------------------------------- config -> loader

@@ -34,6 +34,10 @@ def build_tokenizer(bert_model_name, do_lower_case=None):
         FileNotFoundError: no ``vocab.txt`` there; the message names the folder and the
             document that explains how to get it.
     """
+    if not bert_model_name:
+        raise FileNotFoundError(
+            "NETWORK.BERT_MODEL_NAME is empty: the text is tokenised with the BERT folder's vocab.txt, so a "
+            "folder is needed even for a randomly initialised model; see {}".format(PREPARE_DOC))
     path = os.path.expanduser(bert_model_name)
     if os.path.isfile(path):
         vocab, folder = path, os.path.dirname(path)
