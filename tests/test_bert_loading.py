@@ -165,3 +165,17 @@ def test_minilm_hugging_face_folder_loads():
     assert torch.equal(model.word_embeddings.weight, raw['embeddings.word_embeddings.weight'])
     assert torch.equal(model.token_type_embeddings.weight[:2], raw['embeddings.token_type_embeddings.weight'])
     assert special_token_ids(MINILM) == {'[PAD]': 0, '[UNK]': 100, '[CLS]': 101, '[SEP]': 102, '[MASK]': 103}
+
+
+def test_fewer_layers_than_the_folder_load_the_first_ones(tmp_path):
+    reference = reference_bert()
+    folder = write_folder(str(tmp_path / 'hf'), reference.state_dict(), 'hf')
+    config = vlbert_config(num_hidden_layers=1)
+    weights, _ = load_bert_folder(folder, config)
+    model = VisualLinguisticBert(config, language_state_dict=weights)
+    ref, ours = reference.bert.state_dict(), model.state_dict()
+    layer0 = [k for k in ref if k.startswith('encoder.layer.0.')]
+    assert layer0 and all(torch.equal(ours[k], ref[k]) for k in layer0)
+    assert not any(k.startswith('encoder.layer.1.') for k in ours)
+    with pytest.raises(ValueError, match=r"num_hidden_layers=2 but NETWORK\.VLBERT\.num_hidden_layers=3"):
+        load_bert_folder(folder, vlbert_config(num_hidden_layers=3))
