@@ -188,6 +188,7 @@ def train_net(args, cfg, task):
               validation_monitor=validation_monitor, fp16=train_cfg.FP16, clip_grad_norm=train_cfg.CLIP_GRAD_NORM,
               gradient_accumulate_steps=train_cfg.GRAD_ACCUMULATE_STEPS, state=state, scaler=scaler,
               max_consecutive_skips=train_cfg.MAX_CONSECUTIVE_SKIPS, log_frequent=cfg.LOG_FREQUENT)
+        cdist.barrier()  # all ranks finish before the group is destroyed (a rank leaving early aborts the others)
     finally:
         if writer is not None:
             writer.close()

@@ -27,7 +27,7 @@ from common import checkpoint as ck  # noqa: E402
 from common.callbacks.checkpoint import checkpoint_callbacks  # noqa: E402
 from common.cli import config_from_args, setup_output, train_argument_parser  # noqa: E402
 from common.data.samplers import make_batch_sampler  # noqa: E402
-from common.distributed import init_distributed  # noqa: E402
+from common import distributed as cdist  # noqa: E402
 from common.trainer import train  # noqa: E402
 from vcr.function.config import load_config  # noqa: E402
 
@@ -117,7 +117,7 @@ def main():
     cfg = config_from_args(args, load_config)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    dist_ctx = init_distributed(args.dist, args.slurm, timeout_s=60)
+    dist_ctx = cdist.init_distributed(args.dist, args.slurm, timeout_s=60)
     rank, world = dist_ctx.rank, dist_ctx.world_size
     folder, logger = setup_output(cfg, args.cfg, rank)
     prefix = os.path.join(folder, cfg.MODEL_PREFIX)
@@ -153,6 +153,9 @@ def main():
         torch.save({"params": ck.model_state_fp32(model), "global_step": state.global_step,
                     "world_size": world}, os.path.join(folder, "final.pt"))
         logger.info("DONE global_step %d", state.global_step)
+    # Leave together: a rank exiting while the others still hold the gloo group can abort them.
+    cdist.barrier()
+    cdist.cleanup()
 
 
 if __name__ == "__main__":
