@@ -3,13 +3,8 @@
 # MASTER_ADDR is node 0's address; set MASTER_PORT to change the port (default 29500).
 #   usage: scripts/dist_run_multi.sh NNODES NODE_RANK MASTER_ADDR NGPUS SCRIPT CFG MODEL_DIR [extra args...]
 set -euo pipefail
-if [ $# -lt 7 ]; then
-    echo "usage: $0 NNODES NODE_RANK MASTER_ADDR NGPUS SCRIPT CFG MODEL_DIR [extra args...]" >&2
-    exit 2
-fi
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PYTHON="$REPO/.venv/bin/python"
-[ -x "$PYTHON" ] || PYTHON=python3
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
+usage_check 7 "NNODES NODE_RANK MASTER_ADDR NGPUS SCRIPT CFG MODEL_DIR [extra args...]" "$@"
 
 NNODES=$1 NODE_RANK=$2 ADDR=$3 NGPUS=$4 SCRIPT=$5 CFG=$6 MODEL_DIR=$7
 shift 7

@@ -4,13 +4,8 @@
 #   usage: scripts/dist_run_single.sh NGPUS SCRIPT CFG [MODEL_DIR] [extra script args...]
 #   MODEL_DIR defaults to ./ ; e.g. scripts/dist_run_single.sh 4 vcr/train_end2end.py cfgs/vcr/x.yaml ./ --opts TRAIN.LR 1e-4
 set -euo pipefail
-if [ $# -lt 3 ]; then
-    echo "usage: $0 NGPUS SCRIPT CFG [MODEL_DIR] [extra args...]" >&2
-    exit 2
-fi
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PYTHON="$REPO/.venv/bin/python"
-[ -x "$PYTHON" ] || PYTHON=python3
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
+usage_check 3 "NGPUS SCRIPT CFG [MODEL_DIR] [extra args...]" "$@"
 
 NGPUS=$1 SCRIPT=$2 CFG=$3
 shift 3

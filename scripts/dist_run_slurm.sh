@@ -5,13 +5,8 @@
 #   environment: GPUS_PER_NODE (8), CPUS_PER_TASK (5), MASTER_PORT (29500),
 #                SRUN_ARGS (extra srun flags), PY_ARGS (extra script flags)
 set -euo pipefail
-if [ $# -lt 5 ]; then
-    echo "usage: $0 PARTITION JOB SCRIPT CFG WORK_DIR [GPUS]" >&2
-    exit 2
-fi
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PYTHON="$REPO/.venv/bin/python"
-[ -x "$PYTHON" ] || PYTHON=python3
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
+usage_check 5 "PARTITION JOB SCRIPT CFG WORK_DIR [GPUS]" "$@"
 
 PARTITION=$1 JOB_NAME=$2 SCRIPT=$3 CFG=$4 WORK_DIR=$5 GPUS=${6:-8}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
