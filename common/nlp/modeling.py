@@ -137,12 +137,13 @@ class BertSelfAttention(nn.Module):
         return pack(context.transpose(1, 2).reshape(batch, length, -1), packing), probs
 
 
-class BertSelfOutput(nn.Module):
-    """Projection of the attention context, dropout, residual, LayerNorm."""
+class BertResidualOutput(nn.Module):
+    """Linear(in_features -> hidden), dropout, residual, LayerNorm: closes the attention block
+    (in = hidden) and the feed-forward block (in = intermediate). Keys: dense, LayerNorm."""
 
-    def __init__(self, config):
+    def __init__(self, config, in_features):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(in_features, config.hidden_size)
         self.LayerNorm = LayerNorm(config.hidden_size)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -156,7 +157,7 @@ class BertAttention(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.self = BertSelfAttention(config)
-        self.output = BertSelfOutput(config)
+        self.output = BertResidualOutput(config, config.hidden_size)
 
     def forward(self, hidden_states, bias, output_attention_probs=False, packing=None):
         context, probs = self.self(hidden_states, bias, output_attention_probs, packing)
@@ -175,19 +176,6 @@ class BertIntermediate(nn.Module):
         return self.act(self.dense(hidden_states))
 
 
-class BertOutput(nn.Module):
-    """Feed-forward contraction, dropout, residual, LayerNorm."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = LayerNorm(config.hidden_size)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, hidden_states, input_tensor):
-        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
-
-
 class BertLayer(nn.Module):
     """One transformer layer; returns ``(hidden [B, L, H], attention probs or None)``."""
 
@@ -195,7 +183,7 @@ class BertLayer(nn.Module):
         super().__init__()
         self.attention = BertAttention(config)
         self.intermediate = BertIntermediate(config)
-        self.output = BertOutput(config)
+        self.output = BertResidualOutput(config, config.intermediate_size)
 
     def forward(self, hidden_states, bias, output_attention_probs=False, packing=None):
         attention_output, probs = self.attention(hidden_states, bias, output_attention_probs, packing)
