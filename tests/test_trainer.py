@@ -423,6 +423,7 @@ def _ddp_worker(rank, port, batches, k, out):
         metric = MSE()
         _run(model, opt, mine, k=k, metrics=metric)
         torch.save({"grads": rec.grads[0], "calls": len(calls), "mse": metric.get()[1]}, out.format(rank))
+        dist.barrier()  # leave together: destroying the gloo group while the peer still uses it aborts the peer
     finally:
         dist.destroy_process_group()
 
