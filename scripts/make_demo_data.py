@@ -5,10 +5,11 @@ Two parts share one layout (that of VCR, see data/PREPARE_DATA.md):
 - real: 11 photographs shipped inside scikit-image (``skimage.data``, no download), each with
   hand-placed boxes and 3 hand-written question / 4 answers / 4 rationales items that refer to
   the boxes. annot_id ``real-<split>-<n>``; per photo, item 0 goes to train, 1 to val, 2 to test.
-- shapes (learnable): generated 96x96 scenes of four coloured shapes; the questions ask for a
-  colour, a shape, the left/right/top/bottom-most object or the object of a colour/shape. Every
-  scene has one shape of each colour and each kind, in random order, so the answer texts carry no
-  hint: a text-only model stays at chance (25%). annot_id ``shapes-<split>-<n>``.
+- shapes (learnable): generated 96x96 scenes of four coloured shapes; the questions ask for the
+  left/right/top/bottom-most object and the four answers are the four objects, so the answer
+  texts carry no hint: a text-only model stays at chance (25%). The objects are named "shape"
+  (not "person", whose references become distinct first names: one more text difference between
+  the candidates to unlearn). annot_id ``shapes-<split>-<n>``.
 
 Output (``--out``, default data/demo):
 
@@ -34,8 +35,6 @@ from PIL import Image, ImageDraw
 
 COLORS = {"red": (215, 40, 40), "green": (40, 170, 60), "blue": (45, 80, 215), "yellow": (230, 205, 35)}
 SHAPES = ("circle", "square", "triangle", "cross")
-VALUES = {"color": list(COLORS), "shape": list(SHAPES)}
-RATIONALE = {"shape": "{} looks like a {} .", "color": "{} is painted {} ."}
 SCENE_SIZE = 96
 SLOTS = (14, 37, 60, 83)  # centre coordinates: four columns and four rows, 23 px apart
 HALF = 9                   # half the side of a shape, px (shapes never overlap)
@@ -105,46 +104,27 @@ def make_scene(rng):
     return image, objects
 
 
-def _extreme(objects, key, sign):
-    return max(range(4), key=lambda i: sign * objects[i][key])
+# kind -> (coordinate, sign): the answer is the object whose coordinate times sign is largest
+EXTREMES = {"leftmost": ("cx", -1), "rightmost": ("cx", 1), "topmost": ("cy", -1), "bottommost": ("cy", 1)}
+KINDS = tuple(EXTREMES)
 
 
-def shape_question(rng, objects, kind):
+def shape_question(objects, kind):
     """(question, answers, right answer, rationales, right rationale) as texts for one kind.
 
-    Kinds: 'color', 'shape' (of object i); 'leftmost', 'rightmost', 'topmost', 'bottommost';
-    'which_color', 'which_shape' (the object with a given colour / shape). The candidates are
-    always the four colours, the four shapes or the four objects.
+    Kinds: 'leftmost', 'rightmost', 'topmost', 'bottommost'. The answer candidates are the four
+    objects (by reference), the rationale candidates name the four colours.
+
+    Colour and shape questions are not asked: a random-init ResNet-18 does not learn them within
+    the 10-minute CPU budget (colour is under 1% of the RoI feature variance at initialisation,
+    against about 30% for the box position), while these are learnt in a few hundred steps.
     """
-    refs = ["[{}]".format(i) for i in range(4)]
-    if kind in ("color", "shape"):
-        i = rng.randint(4)
-        other = "shape" if kind == "color" else "color"
-        values, other_values = VALUES[kind], VALUES[other]
-        question = "What {} is {} ?".format(kind, refs[i])
-        answers = ["It is {} .".format(v) for v in values]
-        rationales = [RATIONALE[other].format(refs[i], v) for v in other_values]
-        return question, answers, values.index(objects[i][kind]), rationales, other_values.index(objects[i][other])
-    if kind in ("leftmost", "rightmost", "topmost", "bottommost"):
-        key, sign = {"leftmost": ("cx", -1), "rightmost": ("cx", 1), "topmost": ("cy", -1),
-                     "bottommost": ("cy", 1)}[kind]
-        target = _extreme(objects, key, sign)
-        question = "Which one is the {} ?".format(kind)
-        answers = ["It is {} .".format(r) for r in refs]
-        rationales = ["It is the {} one .".format(c) for c in VALUES["color"]]
-        return question, answers, target, rationales, VALUES["color"].index(objects[target]["color"])
-    attr = "color" if kind == "which_color" else "shape"
-    target = rng.randint(4)
-    value = objects[target][attr]
-    question = "Which one is {} ?".format(value) if attr == "color" else "Which one is a {} ?".format(value)
-    answers = ["It is {} .".format(r) for r in refs]
-    other = "shape" if attr == "color" else "color"
-    rationales = ["It is the {} .".format(v) if other == "shape" else "It is the {} one .".format(v)
-                  for v in VALUES[other]]
-    return question, answers, target, rationales, VALUES[other].index(objects[target][other])
-
-
-KINDS = ("color", "shape", "leftmost", "rightmost", "topmost", "bottommost", "which_color", "which_shape")
+    key, sign = EXTREMES[kind]
+    target = max(range(4), key=lambda i: sign * objects[i][key])
+    question = "Which one is the {} ?".format(kind)
+    answers = ["It is [{}] .".format(i) for i in range(4)]
+    rationales = ["It is the {} one .".format(c) for c in COLORS]
+    return question, answers, target, rationales, list(COLORS).index(objects[target]["color"])
 
 
 def write_shapes(out, split, num_questions, rng):
@@ -162,17 +142,17 @@ def write_shapes(out, split, num_questions, rng):
         name = "{}_{:05d}".format(split, s)
         image.save(os.path.join(folder, name + ".jpg"), quality=95)
         meta = {"boxes": [o["box"] + [1.0] for o in objects], "segms": [[o["polygon"]] for o in objects],
-                "width": SCENE_SIZE, "height": SCENE_SIZE, "names": ["person"] * 4}
+                "width": SCENE_SIZE, "height": SCENE_SIZE, "names": ["shape"] * 4}
         with open(os.path.join(folder, name + ".json"), "w") as f:
             json.dump(meta, f)
         for kind in rng.choice(KINDS, size=QUESTIONS_PER_SCENE, replace=False):
             n = len(records)
             if n == num_questions:
                 break
-            q, answers, right, rationales, r_right = shape_question(rng, objects, kind)
+            q, answers, right, rationales, r_right = shape_question(objects, kind)
             answers, rights = _place(answers, right, a_labels[n], rng)
             rationales, r_rights = _place(rationales, r_right, r_labels[n], rng)
-            records.append(annotation("shapes-{}-{}".format(split, n), "shapes/{}.jpg".format(name), ["person"] * 4,
+            records.append(annotation("shapes-{}-{}".format(split, n), "shapes/{}.jpg".format(name), ["shape"] * 4,
                                       tokens(q), [tokens(a) for a in answers], [tokens(r) for r in rationales],
                                       rights, r_rights, test))
     return records

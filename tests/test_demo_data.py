@@ -75,17 +75,13 @@ def test_shapes_labels_are_balanced_and_true(out):
         boxes = np.array(meta["boxes"])[:, :4]
         cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
         right = a["answer_choices"][a["answer_label"]]
-        q = " ".join(t for t in a["question"] if isinstance(t, str))
-        if "most" in q:
-            expected = {"leftmost": np.argmin(cx), "rightmost": np.argmax(cx), "topmost": np.argmin(cy),
-                        "bottommost": np.argmax(cy)}[a["question"][4]]
-            assert refs(right) == [expected]
-        elif q.startswith("What color"):
-            # the pixel at the object's centre has the answer's colour (nearest palette entry)
-            i = refs(a["question"])[0]
-            pixel = image[int(cy[i]), int(cx[i])]
-            nearest = min(demo.COLORS, key=lambda c: np.abs(pixel - demo.COLORS[c]).sum())
-            assert right[2] == nearest
+        expected = {"leftmost": np.argmin(cx), "rightmost": np.argmax(cx), "topmost": np.argmin(cy),
+                    "bottommost": np.argmax(cy)}[a["question"][4]]
+        assert refs(right) == [expected]
+        # the right rationale names the colour of the pixel at the object's centre (nearest palette entry)
+        pixel = image[int(cy[expected]), int(cx[expected])]
+        nearest = min(demo.COLORS, key=lambda c: np.abs(pixel - demo.COLORS[c]).sum())
+        assert a["rationale_choices"][a["rationale_label"]][3] == nearest
         assert len(set(map(json.dumps, a["answer_choices"]))) == 4  # four distinct candidates
 
 
