@@ -1,8 +1,9 @@
 """Smoke run of the exact paper config for a few optimizer steps on the demo data: wall time and peak memory.
 
 Runs ``./scripts/dist_run_single.sh NPROC vcr/train_end2end.py cfgs/vcr/base_q2a_4x16G_fp16.yaml`` with
-random-init weights (``IMAGE_PRETRAINED ''``, ``PARTIAL_PRETRAIN ''``, and ``BERT_MODEL_NAME`` a folder of
-randomly initialised BERT-base weights written here: ``''`` would leave the data without a vocabulary) on
+random-init weights written here (``IMAGE_PRETRAINED`` a ResNet file with zero-init residuals, see
+:func:`random_resnet_file`; ``PARTIAL_PRETRAIN ''``; ``BERT_MODEL_NAME`` a folder of randomly initialised
+BERT-base weights: ``''`` would leave the data without a vocabulary) on
 annotation files cut from data/demo: the training file has exactly
 ``STEPS x GRAD_ACCUMULATE_STEPS x BATCH_IMAGES x NPROC`` items, so the one epoch (``END_EPOCH 1``) makes
 exactly STEPS optimizer steps; validation runs on one item per process. Every other key is the paper's
@@ -80,6 +81,23 @@ def random_bert_folder(folder, vlbert):
     torch.save(BertModel(BertConfig.from_dict(arch)).state_dict(), os.path.join(folder, "pytorch_model.bin"))
 
 
+def random_resnet_file(prefix, depth):
+    """``{prefix}-0000.model``: a torchvision ResNet-``depth`` state dict with random weights and zero-init
+    residuals (each block's last BN gain 0; Goyal et al. 2017, torchvision's ``zero_init_residual``).
+
+    Plain random init is no use with the paper's frozen BN, which cannot rescale it: a random ResNet-101
+    reaches 8e6 in res4 on a demo image, past float16's 65504, and every fp16 loss is NaN. With zero-init
+    residuals each block starts as the identity and the activations stay within range.
+    """
+    import torch
+    from torchvision.models import resnet
+
+    torch.manual_seed(0)
+    net = resnet.ResNet(*{50: (resnet.Bottleneck, [3, 4, 6, 3]), 101: (resnet.Bottleneck, [3, 4, 23, 3]),
+                          152: (resnet.Bottleneck, [3, 8, 36, 3])}[depth], zero_init_residual=True)
+    torch.save(net.state_dict(), prefix + "-0000.model")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nproc", type=int, default=1, help="processes (GPUs; the paper uses 4)")
@@ -96,8 +114,10 @@ def main():
     cut_annotations(data, args.steps * per_step, args.nproc)
     bert = os.path.join(root, "bert-base-uncased")
     random_bert_folder(bert, cfg.NETWORK.VLBERT)
-    opts = ["DATASET.DATASET_PATH", data, "NETWORK.BERT_MODEL_NAME", bert, "NETWORK.IMAGE_PRETRAINED", "",
-            "NETWORK.PARTIAL_PRETRAIN", "", "TRAIN.END_EPOCH", "1", "LOG_FREQUENT", "1"]
+    resnet_prefix = os.path.join(root, "resnet{}-random".format(cfg.NETWORK.IMAGE_NUM_LAYERS))
+    random_resnet_file(resnet_prefix, cfg.NETWORK.IMAGE_NUM_LAYERS)
+    opts = ["DATASET.DATASET_PATH", data, "NETWORK.BERT_MODEL_NAME", bert, "NETWORK.IMAGE_PRETRAINED", resnet_prefix,
+            "NETWORK.IMAGE_PRETRAINED_EPOCH", "0", "NETWORK.PARTIAL_PRETRAIN", "", "TRAIN.END_EPOCH", "1", "LOG_FREQUENT", "1"]
     print("{} optimizer steps of {} images ({} x {} x {} processes); config {}".format(
         args.steps, per_step, cfg.TRAIN.GRAD_ACCUMULATE_STEPS, cfg.TRAIN.BATCH_IMAGES, args.nproc, CFG), flush=True)
     cmd = ["./scripts/dist_run_single.sh", str(args.nproc), os.path.relpath(__file__, REPO), CFG,
