@@ -90,11 +90,10 @@ def random_resnet_file(prefix, depth):
     residuals each block starts as the identity and the activations stay within range.
     """
     import torch
-    from torchvision.models import resnet
+    import torchvision
 
     torch.manual_seed(0)
-    net = resnet.ResNet(*{50: (resnet.Bottleneck, [3, 4, 6, 3]), 101: (resnet.Bottleneck, [3, 4, 23, 3]),
-                          152: (resnet.Bottleneck, [3, 8, 36, 3])}[depth], zero_init_residual=True)
+    net = getattr(torchvision.models, "resnet{}".format(depth))(weights=None, zero_init_residual=True)
     torch.save(net.state_dict(), prefix + "-0000.model")
 
 
