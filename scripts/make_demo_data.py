@@ -107,6 +107,9 @@ def make_scene(rng):
 # kind -> (coordinate, sign): the answer is the object whose coordinate times sign is largest
 EXTREMES = {"leftmost": ("cx", -1), "rightmost": ("cx", 1), "topmost": ("cy", -1), "bottommost": ("cy", 1)}
 KINDS = tuple(EXTREMES)
+# Not "person": VCR turns each person reference into a different first name, a text difference between
+# the candidates; with one shared name the answers differ only in the object they point at.
+OBJECT_NAMES = ["shape"] * 4
 
 
 def shape_question(objects, kind):
@@ -142,7 +145,7 @@ def write_shapes(out, split, num_questions, rng):
         name = "{}_{:05d}".format(split, s)
         image.save(os.path.join(folder, name + ".jpg"), quality=95)
         meta = {"boxes": [o["box"] + [1.0] for o in objects], "segms": [[o["polygon"]] for o in objects],
-                "width": SCENE_SIZE, "height": SCENE_SIZE, "names": ["shape"] * 4}
+                "width": SCENE_SIZE, "height": SCENE_SIZE, "names": OBJECT_NAMES}
         with open(os.path.join(folder, name + ".json"), "w") as f:
             json.dump(meta, f)
         for kind in rng.choice(KINDS, size=QUESTIONS_PER_SCENE, replace=False):
@@ -152,7 +155,7 @@ def write_shapes(out, split, num_questions, rng):
             q, answers, right, rationales, r_right = shape_question(objects, kind)
             answers, rights = _place(answers, right, a_labels[n], rng)
             rationales, r_rights = _place(rationales, r_right, r_labels[n], rng)
-            records.append(annotation("shapes-{}-{}".format(split, n), "shapes/{}.jpg".format(name), ["shape"] * 4,
+            records.append(annotation("shapes-{}-{}".format(split, n), "shapes/{}.jpg".format(name), OBJECT_NAMES,
                                       tokens(q), [tokens(a) for a in answers], [tokens(r) for r in rationales],
                                       rights, r_rights, test))
     return records
