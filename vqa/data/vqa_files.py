@@ -11,7 +11,7 @@ Annotations (``v2_mscoco_<split>_annotations.json``): ``{"annotations": [{"quest
 from common.data.loading import load_json
 from common.errors import UserInputError
 
-__all__ = ["VqaFileError", "load_annotations", "load_questions", "by_question_id"]
+__all__ = ["VqaFileError", "load_annotations", "load_questions"]
 
 QUESTION_KEYS = ("question_id", "image_id", "question")
 ANNOTATION_KEYS = ("question_id", "image_id", "question_type", "answer_type", "multiple_choice_answer", "answers")
@@ -66,7 +66,3 @@ def load_annotations(path):
                                .format(path, entry["question_id"]))
     return annotations
 
-
-def by_question_id(entries):
-    """``{question_id: entry}`` of a list from :func:`load_questions` or :func:`load_annotations`."""
-    return {e["question_id"]: e for e in entries}
