@@ -1,4 +1,5 @@
 """vqa/eval.py and vqa.function.evaluation on a hand-made split with hand-computed accuracies."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -133,3 +134,28 @@ def test_rounding_is_half_away_from_zero_like_the_official_python2_code():
     assert round(12.125, 2) == 12.12
     assert round_half_away(2.675) == 2.67    # 2.675 is stored as 2.67499..: no half
     assert round_half_away(58.571428) == 58.57
+
+
+def test_split_vqa_val_by_minival_images(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("split_vqa_val", os.path.join(ROOT, "scripts", "split_vqa_val.py"))
+    split = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(split)
+    paths = write_split(tmp_path)
+    for name, official in (("questions", "v2_OpenEnded_mscoco_val2014_questions.json"),
+                           ("annotations", "v2_mscoco_val2014_annotations.json")):
+        data = json.load(open(paths[name]))
+        data.update(info={"version": "2.0"}, data_subtype="val2014")
+        json.dump(data, open(str(tmp_path / official), "w"))
+    # A COCO instances file listing images 102 and 105 (questions 2 and 5), plus one without questions.
+    (tmp_path / "instances_minival2014.json").write_text(json.dumps({"images": [{"id": 102}, {"id": 105}, {"id": 1}]}))
+    split.main(["--minival-images", str(tmp_path / "instances_minival2014.json"), "--vqa-dir", str(tmp_path)])
+    assert capsys.readouterr().out.splitlines() == ["minival2014: 2 questions on 2 images",
+                                                    "valminusminival2014: 5 questions on 5 images"]
+    for subset, ids in (("minival2014", [2, 5]), ("valminusminival2014", [1, 3, 4, 6, 7])):
+        qs = json.load(open(str(tmp_path / "v2_OpenEnded_mscoco_{}_questions.json".format(subset))))
+        anns = json.load(open(str(tmp_path / "v2_mscoco_{}_annotations.json".format(subset))))
+        assert [q["question_id"] for q in qs["questions"]] == [a["question_id"] for a in anns["annotations"]] == ids
+        assert (qs["data_subtype"], qs["info"], anns["data_subtype"]) == (subset, {"version": "2.0"}, subset)
+    (tmp_path / "ids.txt").write_text("1\n999\n")
+    with pytest.raises(UserInputError, match=r"ids\.txt: none of its 2 images has a question"):
+        split.main(["--minival-images", str(tmp_path / "ids.txt"), "--vqa-dir", str(tmp_path)])
