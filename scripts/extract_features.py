@@ -75,7 +75,8 @@ def read_box_list(path):
         try:
             boxes = torch.tensor([r[:4] for r in rows], dtype=torch.float32).reshape(-1, 4)
         except (TypeError, ValueError):
-            raise UserInputError("{}: image_id {}: box coordinates must be numbers".format(path, e["image_id"])) from None
+            raise UserInputError("{}: image_id {}: box coordinates must be numbers".format(
+                path, e["image_id"])) from None
         out.append(dict(e, boxes=boxes))
     return out
 

@@ -69,7 +69,8 @@ def main(argv=None):
     a_path = os.path.join(args.vqa_dir, ANNOTATIONS.format(SOURCE))
     questions, annotations = load_questions(q_path), load_annotations(a_path)
     if not minival & {q["image_id"] for q in questions}:
-        raise UserInputError("{}: none of its {} images has a question in {}".format(args.minival_images, len(minival), q_path))
+        raise UserInputError("{}: none of its {} images has a question in {}".format(
+            args.minival_images, len(minival), q_path))
     q_file, a_file = load_json(q_path), load_json(a_path)  # keep info, license, ... of the originals
     for subset, keep in ((MINIVAL, lambda e: e["image_id"] in minival), (REST, lambda e: e["image_id"] not in minival)):
         qs = [q for q in questions if keep(q)]

@@ -12,7 +12,8 @@ from vqa.data.answers import (UNK, AnswerVocab, AnswerVocabError, leave_one_out_
                               process_punctuation, soft_scores, vqa_accuracy)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("build_vqa_answers", os.path.join(ROOT, "scripts", "build_vqa_answers.py"))
+_spec = importlib.util.spec_from_file_location("build_vqa_answers",
+                                               os.path.join(ROOT, "scripts", "build_vqa_answers.py"))
 build_vqa_answers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(build_vqa_answers)
 
@@ -102,8 +103,8 @@ def test_vocab_with_answers_equal_after_normalisation_is_an_error(tmp_path):
 def annotation(qid, mc_answer, answers=None):
     answers = answers or [mc_answer] * 10
     return {"question_id": qid, "image_id": 1, "question_type": "what", "answer_type": "other",
-            "multiple_choice_answer": mc_answer, "answers": [{"answer": a, "answer_id": i + 1, "answer_confidence": "yes"}
-                                                             for i, a in enumerate(answers)]}
+            "multiple_choice_answer": mc_answer,
+            "answers": [{"answer": a, "answer_id": i + 1, "answer_confidence": "yes"} for i, a in enumerate(answers)]}
 
 
 def test_build_answer_list_counts_normalised_multiple_choice_answers():

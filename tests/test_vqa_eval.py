@@ -45,7 +45,8 @@ def write_split(folder, results=None):
     questions = {"questions": [{"question_id": q, "image_id": 100 + q, "question": "q{}?".format(q)}
                                for q, *_ in CASES]}
     annotations = {"annotations": [
-        {"question_id": q, "image_id": 100 + q, "question_type": qt, "answer_type": at, "multiple_choice_answer": gts[0],
+        {"question_id": q, "image_id": 100 + q, "question_type": qt, "answer_type": at,
+         "multiple_choice_answer": gts[0],
          "answers": [{"answer": a, "answer_confidence": "yes", "answer_id": i + 1} for i, a in enumerate(gts)]}
         for q, qt, at, gts, _, _ in CASES]}
     if results is None:

@@ -76,7 +76,7 @@ def encode_array(array):
 
 
 def decode_array(text, key, where):
-    """Flat float32 array from base64 text; ``where`` (file and id) goes into errors.
+    """Flat (writable) float32 array from base64 text; ``where`` (file and id) goes into errors.
 
     Raises:
         FeatureFileError: not base64, or a byte count that is not a multiple of 4.
@@ -87,7 +87,7 @@ def decode_array(text, key, where):
         raise FeatureFileError("{}: '{}' is not base64 text: {}".format(where, key, e)) from None
     if len(raw) % 4:
         raise FeatureFileError("{}: '{}' holds {} bytes, not float32 values".format(where, key, len(raw)))
-    return np.frombuffer(raw, dtype=np.float32)
+    return np.frombuffer(raw, dtype=np.float32).copy()  # writable, as torch.from_numpy wants
 
 
 def _to_int(value, key, where):

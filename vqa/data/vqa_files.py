@@ -24,12 +24,14 @@ class VqaFileError(UserInputError):
 def _entries(path, list_key, keys):
     data = load_json(path)
     if not isinstance(data, dict) or not isinstance(data.get(list_key), list):
-        raise VqaFileError("{}: expected a JSON object with a '{}' list (the official VQA layout)".format(path, list_key))
+        raise VqaFileError("{}: expected a JSON object with a '{}' list (the official VQA layout)".format(
+            path, list_key))
     seen = set()
     for i, entry in enumerate(data[list_key]):
         if not isinstance(entry, dict):
             raise VqaFileError("{}: {}[{}] is not an object".format(path, list_key, i))
-        where = "question_id {}".format(entry["question_id"]) if "question_id" in entry else "{}[{}]".format(list_key, i)
+        where = ("question_id {}".format(entry["question_id"]) if "question_id" in entry
+                 else "{}[{}]".format(list_key, i))
         missing = [k for k in keys if k not in entry]
         if missing:
             raise VqaFileError("{}: {} lacks {}".format(path, where, ", ".join(repr(k) for k in missing)))
