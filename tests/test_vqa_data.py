@@ -15,6 +15,7 @@ from common.data.region_features import RegionFeatures, feature_json_dict, iter_
 from common.data.tokenizer import build_tokenizer
 from common.data.zipreader import ZipReader
 from vqa.data.vqa import VQADataError, VQADataset
+from vqa.data.vqa_files import VqaFileError
 from vqa.function.config import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -118,6 +119,15 @@ def test_feature_cache_is_read_when_present(tmp_path):
         assert torch.equal(a, b)
 
 
+def test_cache_of_other_features_is_an_error_with_precomputed_features(tmp_path):
+    coco = write_data(tmp_path)
+    small = RegionFeatures(9, 40, 30, np.zeros((1, 4), np.float32), np.zeros((1, 8), np.float32))
+    write_feature_cache([small], str(coco / "vgbua_res101_precomputed" / FEATURES_36) + ".cache")
+    with pytest.raises(VQADataError, match=r"_36\.cache: features of width 8, IMAGE_FEAT_PRECOMPUTED needs 2048"):
+        make(tmp_path)
+    assert len(make(tmp_path, with_precomputed_visual_feat=False)) == 3  # end to end only its boxes are used
+
+
 def test_end_to_end_flip_swaps_left_and_right_in_question_and_answers(tmp_path):
     write_data(tmp_path)
     transform = T.Compose([T.Resize(60, 1000), T.RandomHorizontalFlip(1.0), T.ToTensor(),
@@ -171,13 +181,12 @@ def test_data_errors_name_the_file_and_the_question(tmp_path):
                        r".*test2015_resnet101_faster_rcnn_genome_36; see data/PREPARE_DATA\.md"):
         make(tmp_path, "test2015", test_mode=True)
     (coco / "vqa" / "v2_mscoco_val2014_annotations.json").write_text(json.dumps({"annotations": []}))
-    with pytest.raises(VQADataError, match="do not match: question_id 421 is in only one of them"):
+    with pytest.raises(VqaFileError, match="are not the same split: question_id 421 is in only one of them"):
         make(tmp_path, "val2014")
 
 
 def test_shipped_config_builds_the_dataset_and_a_loader(tmp_path):
     write_data(tmp_path)
-    import vqa.data  # noqa: F401  (registers 'vqa')
     opts = ["DATASET.DATASET_PATH", str(tmp_path / "coco"), "DATASET.ANSWER_VOCAB_FILE",
             str(tmp_path / "coco" / "vqa" / "answers_vqa.txt"), "DATASET.ANSWER_VOCAB_SIZE", "7",
             "DATASET.BOXES", "'36'",

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from common.errors import UserInputError
-from vqa.data.vqa_files import VqaFileError, load_annotations, load_questions
-from vqa.function.evaluation import ResultFileError, check_results, check_same_split, evaluate, round_half_away
+from vqa.data.vqa_files import VqaFileError, check_same_split, load_annotations, load_questions
+from vqa.function.evaluation import ResultFileError, check_results, evaluate, round_half_away
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -111,7 +111,7 @@ def test_missing_ids_are_listed_up_to_ten_then_counted():
 
 def test_questions_and_annotations_of_different_splits_are_an_error(tmp_path):
     anns = load_annotations(write_split(tmp_path)["annotations"])
-    with pytest.raises(UserInputError, match="Q.json and A.json are not the same split: question_id 2 is in only one"):
+    with pytest.raises(VqaFileError, match="Q.json and A.json are not the same split: question_id 2 is in only one"):
         check_same_split([{"question_id": 1}], anns, "Q.json", "A.json")
 
 

@@ -12,8 +12,8 @@ import argparse
 
 from common.cli import run_main
 from common.data.loading import load_json
-from vqa.data.vqa_files import load_annotations, load_questions
-from vqa.function.evaluation import check_results, check_same_split, evaluate, format_accuracy
+from vqa.data.vqa_files import check_same_split, load_annotations, load_questions
+from vqa.function.evaluation import check_results, evaluate, format_accuracy
 
 
 def parse_args(argv=None):

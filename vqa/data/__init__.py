@@ -1,8 +1,2 @@
-"""VQA data: importing this package registers the 'vqa' dataset with ``common.data.build``."""
-from common.data.build import register_dataset
-
-from .vqa import VQADataset
-
-register_dataset("vqa", VQADataset)
-
-__all__ = ["VQADataset"]
+"""VQA data. Importing ``vqa.data.vqa`` registers the 'vqa' dataset with ``common.data.build``; the
+answer and file helpers import without it (``vqa/eval.py`` needs no torchvision)."""

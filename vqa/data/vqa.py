@@ -11,6 +11,7 @@ import os
 import torch
 from torch.utils.data import Dataset
 
+from common.data.build import register_dataset
 from common.data.feature_cache import FeatureCache, FeatureCacheError
 from common.data.loading import load_image
 from common.data.region_features import FeatureFileError, feature_json_path, read_feature_json
@@ -20,7 +21,7 @@ from common.data.transforms import clip_boxes_
 from common.errors import UserInputError
 
 from .answers import AnswerVocab
-from .vqa_files import load_annotations, load_questions
+from .vqa_files import check_same_split, load_annotations, load_questions
 
 __all__ = ["SPLITS", "VQADataError", "VQADataset"]
 
@@ -105,7 +106,8 @@ class VQADataset(Dataset):
         VQADataError: unknown split or BOXES, annotations for a test split, a vocabulary of the
             wrong size; per item: no feature file for the question's image, a malformed feature
             file (names the file, question and image id).
-        VqaFileError / AnswerVocabError: malformed question, annotation or answer files.
+        VqaFileError / AnswerVocabError: malformed question, annotation or answer files, or question
+            and annotation files of different splits.
     """
 
     def __init__(self, image_set, data_path, answer_vocab_file, tokenizer, transform=None, test_mode=False,
@@ -133,6 +135,10 @@ class VQADataset(Dataset):
                 answer_vocab_file, len(self.answer_vocab), answer_vocab_size))
         self.database = self._load_questions()
         self._caches = [FeatureCache(f[3]) if os.path.isdir(f[3]) else None for f in self.files]
+        for cache in self._caches:
+            if self.precomputed and cache is not None and len(cache) and cache.feature_dim != FEATURE_DIM:
+                raise VQADataError("{}: features of width {}, IMAGE_FEAT_PRECOMPUTED needs {}".format(
+                    cache.path, cache.feature_dim, FEATURE_DIM))
 
     @classmethod
     def from_config(cls, cfg, mode, transform=None):
@@ -167,11 +173,9 @@ class VQADataset(Dataset):
             questions = load_questions(q_path)
             answers = {}
             if a_path is not None:
-                answers = {a["question_id"]: [x["answer"] for x in a["answers"]] for a in load_annotations(a_path)}
-                unmatched = {q["question_id"] for q in questions} ^ answers.keys()
-                if unmatched:
-                    raise VQADataError("{} and {} do not match: question_id {} is in only one of them".format(
-                        q_path, a_path, min(unmatched)))
+                annotations = load_annotations(a_path)
+                check_same_split(questions, annotations, q_path, a_path)
+                answers = {a["question_id"]: [x["answer"] for x in a["answers"]] for a in annotations}
             database += [{"question_id": q["question_id"], "image_id": q["image_id"], "question": q["question"],
                           "answers": answers.get(q["question_id"]), "split": split_index} for q in questions]
         return database
@@ -240,3 +244,6 @@ class VQADataset(Dataset):
         if not self.test_mode:
             out["label"] = torch.from_numpy(self.answer_vocab.soft_target(answers))
         return tuple(out[name] for name in self.data_names)
+
+
+register_dataset("vqa", VQADataset)

@@ -11,7 +11,7 @@ Annotations (``v2_mscoco_<split>_annotations.json``): ``{"annotations": [{"quest
 from common.data.loading import load_json
 from common.errors import UserInputError
 
-__all__ = ["VqaFileError", "load_annotations", "load_questions"]
+__all__ = ["VqaFileError", "check_same_split", "load_annotations", "load_questions"]
 
 QUESTION_KEYS = ("question_id", "image_id", "question")
 ANNOTATION_KEYS = ("question_id", "image_id", "question_type", "answer_type", "multiple_choice_answer", "answers")
@@ -68,3 +68,10 @@ def load_annotations(path):
                                .format(path, entry["question_id"]))
     return annotations
 
+
+def check_same_split(questions, annotations, questions_path, annotations_path):
+    """Raise VqaFileError naming a question_id that only one of the two lists has."""
+    unmatched = {q["question_id"] for q in questions}.symmetric_difference(a["question_id"] for a in annotations)
+    if unmatched:
+        raise VqaFileError("{} and {} are not the same split: question_id {} is in only one of them".format(
+            questions_path, annotations_path, min(unmatched)))

@@ -10,8 +10,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from common.errors import UserInputError
 from vqa.data.answers import vqa_accuracy
 
-__all__ = ["ANSWER_TYPES", "ResultFileError", "check_results", "check_same_split", "evaluate", "format_accuracy",
-           "round_half_away"]
+__all__ = ["ANSWER_TYPES", "ResultFileError", "check_results", "evaluate", "format_accuracy", "round_half_away"]
 
 # Print order of the answer types of VQA v2; other types follow in alphabetical order.
 ANSWER_TYPES = ("yes/no", "number", "other")
@@ -27,14 +26,6 @@ def _ids_text(ids):
     ids = sorted(ids)
     shown = ", ".join(str(i) for i in ids[:_SHOWN_IDS])
     return shown + (", ... ({} in all)".format(len(ids)) if len(ids) > _SHOWN_IDS else "")
-
-
-def check_same_split(questions, annotations, questions_path, annotations_path):
-    """Raise UserInputError naming a question_id that only one of the two lists has."""
-    unmatched = {q["question_id"] for q in questions}.symmetric_difference(a["question_id"] for a in annotations)
-    if unmatched:
-        raise UserInputError("{} and {} are not the same split: question_id {} is in only one of them".format(
-            questions_path, annotations_path, min(unmatched)))
 
 
 def check_results(results, question_ids, source):
