@@ -131,3 +131,18 @@ def test_demo_corpus_from_the_standard_library(tmp_path, tok):
         assert not any(p.isupper() or p.startswith("Enter ") for p in hamlet)  # no speaker or stage line
     ds = GeneralCorpus(out, tok, seq_len=64, min_seq_len=64)
     assert len(ds) == len(passages) and len(ds[0][0]) == 64
+
+
+def test_padding_of_a_batch_is_never_predicted(corpus_file, tok):
+    from common.data.collate import BatchCollator
+    from pretrain.data.padding import PAD_VALUES
+
+    ds = GeneralCorpus(corpus_file, tok, seq_len=64, min_seq_len=0)
+    items = [ds[SampleKey(i, 0, 0)] for i in range(4)]
+    text, labels = BatchCollator(ds.data_names, pad_values=PAD_VALUES)(items)
+    lengths = [len(t) for t, _ in items]
+    assert text.shape == labels.shape == (4, max(lengths))
+    for row, (t, l), n in zip(range(4), items, lengths):
+        assert torch.equal(text[row, :n], t) and torch.equal(labels[row, :n], l)
+        assert (text[row, n:] == 0).all() and (labels[row, n:] == IGNORE).all()
+    assert (labels[text == 0] == IGNORE).all()
