@@ -4,8 +4,8 @@ Boxes are ``(x1, y1, x2, y2)`` in pixels with *inclusive* corners, the conventio
 release (and of the Detectron family it comes from): a box is ``x2 - x1 + 1`` pixels wide. Its IoU
 (``common/utils/bbox.py`` and ``refcoco/function/test.py`` of the reference) therefore adds one pixel to
 every width and height; :func:`box_iou` gets exactly that from ``torchvision.ops.box_iou`` by moving the
-far corners one pixel out. Near the 0.5 threshold the two conventions disagree (``[0, 0, 2, 1]`` and ``[1, 0, 3, 1]``: 0.5 here,
-1/3 with plain areas), so labels and accuracy follow the reference.
+far corners one pixel out. Near the 0.5 threshold the two conventions disagree (``[0, 0, 2, 1]`` and
+``[1, 0, 3, 1]``: 0.5 here, 1/3 with plain areas), so labels and accuracy follow the reference.
 
 - Training label of a candidate box: 1 when its IoU with the referred box is > 0.5, else 0
   (:data:`POSITIVE_IOU`; one logit per box, binary cross-entropy).

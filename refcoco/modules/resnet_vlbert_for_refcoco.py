@@ -81,7 +81,8 @@ class ResNetVLBERT(VLBertModule):
 
     def init_weight(self):
         self.image_feature_extractor.init_weight()
-        self.object_linguistic_embeddings.weight.data.normal_(mean=0.0, std=self.config.NETWORK.VLBERT.initializer_range)
+        std = self.config.NETWORK.VLBERT.initializer_range
+        self.object_linguistic_embeddings.weight.data.normal_(mean=0.0, std=std)
         for m in self.final_mlp.modules():
             if isinstance(m, nn.Linear):
                 nn.init.xavier_uniform_(m.weight)
