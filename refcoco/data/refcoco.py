@@ -18,7 +18,7 @@ from common.data.transforms import clip_boxes_
 
 from ..metrics import positive_labels
 from .proposals import MATTNET_DETECTIONS, VG_BOXES_FOLDER, VGBoxes, load_mattnet_detections
-from .refer import INSTANCES_FILE, PREPARE_DOC, REFS_FILE, RefCOCODataError, Refer
+from .refer import INSTANCES_FILE, PREPARE_DOC, REFS_FILE, RefCOCODataError, Refer, xywh_to_xyxy
 
 BOXES = ("gt", "proposal", "proposal+gt", "gt+proposal")
 PROPOSAL_SOURCES = ("official", "vg")
@@ -122,8 +122,7 @@ class RefCOCO(Dataset):
             else:
                 self.vg_boxes = VGBoxes(data_path)
         self.items = self._load_items()
-        self.referred_boxes = (torch.stack([self.refer.referred_box(item["ref_id"]) for item in self.items])
-                               if self.items else torch.zeros(0, 4))
+        self.referred_boxes = xywh_to_xyxy([self.refer.annotations[item["ann_id"]]["bbox"] for item in self.items])
 
     @classmethod
     def from_config(cls, cfg, mode, transform=None):
