@@ -378,12 +378,34 @@ def _train_state_of(ckpt, path, steps_per_epoch):
     return state
 
 
+def _newest_readable(prefix, train_cfg):
+    """``(path, checkpoint, None)`` of the newest candidate that reads, ``(None, None, None)`` when there
+    is no candidate, ``(None, None, message)`` when TRAIN.RESUME's file or every candidate is unreadable."""
+    skipped = []
+    for candidate in find_resume_checkpoint(prefix, train_cfg.BEGIN_EPOCH, train_cfg.END_EPOCH,
+                                            train_cfg.RESUME, train_cfg.AUTO_RESUME):
+        try:
+            return candidate, load_checkpoint_file(candidate), None
+        except CheckpointError as e:
+            if train_cfg.RESUME:
+                return None, None, str(e)
+            logger.warning("skipping unreadable checkpoint, falling back to the previous one: %s", e)
+            skipped.append(os.path.basename(candidate))
+    if skipped:
+        return None, None, (
+            "none of the {} checkpoints of this run in {} can be read ({}); nothing was overwritten: restore "
+            "a good copy, or move them away to train from scratch".format(
+                len(skipped), os.path.dirname(os.path.abspath(prefix)), ", ".join(skipped)))
+    return None, None, None
+
+
 def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_scheduler=None,
                     validation_monitor=None, steps_per_epoch=None):
     """TRAIN.RESUME / TRAIN.AUTO_RESUME on every rank: restore the newest usable checkpoint.
 
     Rank 0 picks the file (the newest one that reads; with AUTO_RESUME a corrupt file is
-    skipped with a warning) and tells the others, so all ranks load the same one; every rank
+    skipped with a warning, but when none reads the run stops rather than start over and
+    overwrite them) and tells the others, so all ranks load the same one; every rank
     then restores model, optimizer, loss scaler, scheduler, validation monitor and its own RNG
     state. Call it last before :func:`common.trainer.train`: anything drawing random numbers
     in between breaks exactness.
@@ -399,23 +421,16 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
         checkpoints) rebuild the scheduler at ``last_epoch = info.state.global_step - 1``.
     Raises:
         FileNotFoundError, CheckpointError: TRAIN.RESUME and the file is absent or unusable;
-            a chosen checkpoint that does not fit the model.
+            AUTO_RESUME and every checkpoint is unreadable; a chosen checkpoint that does not fit
+            the model (on every rank).
     """
-    path, ckpt = None, None
+    path, ckpt, error = None, None, None
     if cdist.is_main_process():
         remove_stale_temp_files(prefix)
-        for candidate in find_resume_checkpoint(prefix, train_cfg.BEGIN_EPOCH, train_cfg.END_EPOCH,
-                                                train_cfg.RESUME, train_cfg.AUTO_RESUME):
-            try:
-                ckpt = load_checkpoint_file(candidate)
-            except CheckpointError as e:
-                if train_cfg.RESUME:
-                    raise
-                logger.warning("skipping unreadable checkpoint: %s", e)
-                continue
-            path = candidate
-            break
-    path = cdist.broadcast_object(path)
+        path, ckpt, error = _newest_readable(prefix, train_cfg)
+    path, error = cdist.broadcast_object((path, error))  # every rank stops on rank 0's error
+    if error is not None:
+        raise CheckpointError(error)
     if path is None:
         return None
     if ckpt is None:
