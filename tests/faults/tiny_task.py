@@ -135,11 +135,12 @@ class TinyData(torch.utils.data.Dataset):
 
 
 class TinyNet(Module):
-    """MLP 8 -> 64 -> 2 with dropout; the fault hooks run at the start of each forward."""
+    """MLP 8 -> 512 -> 2 with dropout (wide enough that a graph kept per step shows in the memory test);
+    the fault hooks run at the start of each forward."""
 
     def __init__(self, config):
         super().__init__(config)
-        self.mlp = nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Dropout(0.3), nn.Linear(64, 2))
+        self.mlp = nn.Sequential(nn.Linear(FEATURES, 512), nn.ReLU(), nn.Dropout(0.3), nn.Linear(512, 2))
         self.train_batches = 0
         self.val_batches = 0
 
@@ -194,13 +195,22 @@ class _FullDevice(io.FileIO):
         return super().write(data)
 
 
+def _save_error(files):
+    """'ENOSPC' / 'EACCES' when the ``files``-th checkpoint file must fail, else None."""
+    if "FAULT_SAVE_ERROR" not in FAULTS:
+        return None
+    kind, first = FAULTS["FAULT_SAVE_ERROR"].split(":")
+    return kind if files >= int(first) else None
+
+
 def install_faults(faults, patch=setattr):
     """Set this process's faults (``{'FAULT_...': value}``, see the module doc) and patch the checkpoint
-    writing they need through ``patch(obj, name, value)`` (pytest's ``monkeypatch.setattr`` in-process)."""
+    writing they need through ``patch(obj, name, value)`` (pytest's ``monkeypatch.setattr`` in-process;
+    the patches follow :data:`FAULTS`, so ``install_faults({})`` turns them off)."""
     FAULTS.clear()
     FAULTS.update(faults)
-    saves = [0]
-    real_save = torch.save
+    saves, files = [0], [0]
+    real_save, real_mkstemp, real_fdopen = torch.save, tempfile.mkstemp, os.fdopen
 
     def save(obj, f, *args, **kwargs):
         saves[0] += 1
@@ -209,27 +219,24 @@ def install_faults(faults, patch=setattr):
             f.flush()
             os.kill(os.getpid(), signal.SIGKILL)
         return real_save(obj, f, *args, **kwargs)
+
+    def mkstemp(suffix=None, prefix=None, dir=None, text=False):
+        if ".model." in (prefix or ""):
+            files[0] += 1
+            if _save_error(files[0]) == "EACCES":
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES),
+                                      os.path.join(dir, prefix + "x1y2z3" + suffix))
+        return real_mkstemp(suffix=suffix, prefix=prefix, dir=dir, text=text)
+
+    def fdopen(fd, mode="r", *args, **kwargs):
+        name = os.readlink("/proc/self/fd/{}".format(fd))
+        if ".model." in name and "w" in mode and _save_error(files[0]) == "ENOSPC":
+            return io.BufferedWriter(_FullDevice(fd, "wb"))
+        return real_fdopen(fd, mode, *args, **kwargs)
+
     if "FAULT_KILL_IN_SAVE" in faults:
         patch(torch, "save", save)
-
     if "FAULT_SAVE_ERROR" in faults:
-        kind, first = faults["FAULT_SAVE_ERROR"].split(":")
-        files = [0]
-        real_mkstemp, real_fdopen = tempfile.mkstemp, os.fdopen
-
-        def mkstemp(suffix=None, prefix=None, dir=None, text=False):
-            if ".model." in (prefix or ""):
-                files[0] += 1
-                if files[0] >= int(first) and kind == "EACCES":
-                    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES),
-                                          os.path.join(dir, prefix + "x1y2z3" + suffix))
-            return real_mkstemp(suffix=suffix, prefix=prefix, dir=dir, text=text)
-
-        def fdopen(fd, mode="r", *args, **kwargs):
-            name = os.readlink("/proc/self/fd/{}".format(fd))
-            if kind == "ENOSPC" and ".model." in name and "w" in mode and files[0] >= int(first):
-                return io.BufferedWriter(_FullDevice(fd, "wb"))
-            return real_fdopen(fd, mode, *args, **kwargs)
         patch(tempfile, "mkstemp", mkstemp)
         patch(safe_write.os, "fdopen", fdopen)
     if "FAULT_PID_DIR" in faults:
