@@ -51,11 +51,18 @@ def write_bert_folder(folder, data):
 
 
 def make_tiny_vcr(root):
-    """Demo data and a BERT folder under ``root``; returns the ``--opts`` of a fast 1-epoch run."""
+    """Demo data (val and test: the 4 generated scenes) and a BERT folder under ``root``; returns the
+    ``--opts`` of a fast 1-epoch run on small images."""
     data, bert = os.path.join(root, "data"), os.path.join(root, "bert")
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), "--out", data,
                           "--train", "4", "--val", "4", "--test", "4"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+    for split in ("val", "test"):  # the 4 generated scenes only, not the 11 photographs
+        path = os.path.join(data, split + ".jsonl")
+        with open(path) as f:
+            lines = [line for line in f if '"annot_id": "shapes-' in line]
+        with open(path, "w") as f:
+            f.writelines(lines)
     return ["DATASET.DATASET_PATH", data, "NETWORK.BERT_MODEL_NAME", bert, "TRAIN.END_EPOCH", "1",
-            "TRAIN.BATCH_IMAGES", "4", "VAL.BATCH_IMAGES", "8", "TEST.BATCH_IMAGES", "8", "NUM_WORKERS_PER_GPU", "0",
-            "LOG_FREQUENT", "1"] + write_bert_folder(bert, data)
+            "TRAIN.BATCH_IMAGES", "4", "VAL.BATCH_IMAGES", "4", "TEST.BATCH_IMAGES", "4", "NUM_WORKERS_PER_GPU", "0",
+            "LOG_FREQUENT", "1", "SCALES", "[48, 80]"] + write_bert_folder(bert, data)
