@@ -37,3 +37,15 @@ def test_write_failure_is_one_clear_error_and_resume_after_the_fix(kind, cause, 
     assert "Resumed from {}: epoch 0, batch 16".format(os.path.join(folder, "tiny-0000-b0000016.model")) \
         in capsys.readouterr().out
     harness.assert_same(harness.training_state(os.path.join(folder, harness.FINAL)), clean_state)
+
+
+def test_run_files_follow_the_umask(tiny_cfg, tmp_path):
+    old = os.umask(0o027)
+    try:
+        assert harness.run_here(tiny_cfg, tmp_path, opts=["TRAIN.END_EPOCH", 1]) == 0
+    finally:
+        os.umask(old)
+    folder = harness.out_dir(tmp_path)
+    written = harness.checkpoint_names(tmp_path) + ["config.yaml"]
+    assert {name: oct(os.stat(os.path.join(folder, name)).st_mode & 0o777) for name in written} == \
+        {name: oct(0o640) for name in written}
