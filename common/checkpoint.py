@@ -12,15 +12,14 @@ Each file is a dict. The reference's keys come first: ``state_dict`` (model, fp3
 epoch, optimizer steps) and ``config`` (YAML text). Everything is plain tensors and builtins,
 so the weights-only reader of :mod:`common.safe_load` reads it without running code from the file.
 
-The checkpointer layout follows maskrcnn-benchmark ``utils/checkpoint.py``; the temporary
-file + ``os.replace`` write follows timm ``utils/checkpoint_saver.py``.
+The checkpointer layout follows maskrcnn-benchmark ``utils/checkpoint.py``; files are written
+atomically by :mod:`common.safe_write` and read by :mod:`common.safe_load`.
 """
 import collections
 import logging
 import os
 import random
 import re
-import tempfile
 from dataclasses import dataclass, field
 from typing import List
 
@@ -30,6 +29,7 @@ import yaml
 
 from common import distributed as cdist
 from common.safe_load import UnreadableFileError, load_tensors
+from common.safe_write import OutputWriteError, atomic_write
 from common.trainer import TrainState
 
 logger = logging.getLogger("vlbert.checkpoint")  # a child of the training logger (common.cli)
@@ -92,30 +92,34 @@ def list_checkpoints(prefix):
 # Saving
 # --------------------------------------------------------------------------------------------- #
 def atomic_save(obj, path):
-    """``torch.save`` to a temporary file in the same folder, fsync, then rename over ``path``.
+    """``torch.save`` through :func:`common.safe_write.atomic_write`: never a torn file, ``open()``'s
+    permissions; a stale ``.{name}.*.tmp`` of a killed write is removed by :func:`remove_stale_temp_files`.
 
-    A crash at any moment leaves either the old ``path`` or the new one, never a torn file;
-    a stale ``.{name}.*.tmp`` may remain and is removed by :func:`remove_stale_temp_files`.
+    Raises:
+        OutputWriteError: disk full, folder not writable, ... (names the folder and the cause).
     """
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    # Make the rename itself durable.
-    dir_fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    atomic_write(path, lambda f: torch.save(obj, f), size_hint=_tensor_bytes(obj))
+
+
+def _tensor_bytes(obj):
+    """Bytes of the tensors in a nested dict / list (about the size of its checkpoint file)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+def _what_is_safe(path):
+    """Which checkpoint a failed write of ``path`` left as the newest good one, as a sentence."""
+    m = re.search(r"-(\d{4}(-b\d{7})?|best)\.model$", path)
+    found = list_checkpoints(path[:m.start()]) if m else []
+    if not found:
+        return "no earlier checkpoint of this run exists"
+    return ("the last good checkpoint, {}, is intact: free the space or fix the folder and run again, "
+            "TRAIN.AUTO_RESUME continues from it".format(os.path.basename(found[-1][1])))
 
 
 def remove_stale_temp_files(prefix):
@@ -206,13 +210,20 @@ def save_checkpoint(paths, model, optimizer, **kwargs):
     Every rank must call it: the ranks' RNG states are gathered (a collective) so a resumed
     run continues each rank's random stream. Other ranks return without writing.
     ``kwargs`` go to :func:`make_checkpoint`.
+
+    Raises:
+        OutputWriteError: an OS failure (disk full, folder not writable, ...); the message names the
+            folder, the cause and the last good checkpoint, which stays intact.
     """
     rng = cdist.all_gather(rng_state())
     if not cdist.is_main_process():
         return
     ckpt = make_checkpoint(model, optimizer, rng=rng, **kwargs)
     for path in [paths] if isinstance(paths, str) else paths:
-        atomic_save(ckpt, path)
+        try:
+            atomic_save(ckpt, path)
+        except OutputWriteError as e:
+            raise OutputWriteError("{}; {}".format(e, _what_is_safe(path))) from e
         logger.info("Saved checkpoint %s", path)
 
 
@@ -367,12 +378,34 @@ def _train_state_of(ckpt, path, steps_per_epoch):
     return state
 
 
+def _newest_readable(prefix, train_cfg):
+    """``(path, checkpoint, None)`` of the newest candidate that reads, ``(None, None, None)`` when there
+    is no candidate, ``(None, None, message)`` when TRAIN.RESUME's file or every candidate is unreadable."""
+    skipped = []
+    for candidate in find_resume_checkpoint(prefix, train_cfg.BEGIN_EPOCH, train_cfg.END_EPOCH,
+                                            train_cfg.RESUME, train_cfg.AUTO_RESUME):
+        try:
+            return candidate, load_checkpoint_file(candidate), None
+        except CheckpointError as e:
+            if train_cfg.RESUME:
+                return None, None, str(e)
+            logger.warning("skipping unreadable checkpoint, falling back to the previous one: %s", e)
+            skipped.append(os.path.basename(candidate))
+    if skipped:
+        return None, None, (
+            "none of the {} checkpoints of this run in {} can be read ({}); nothing was overwritten: restore "
+            "a good copy, or move them away to train from scratch".format(
+                len(skipped), os.path.dirname(os.path.abspath(prefix)), ", ".join(skipped)))
+    return None, None, None
+
+
 def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_scheduler=None,
                     validation_monitor=None, steps_per_epoch=None):
     """TRAIN.RESUME / TRAIN.AUTO_RESUME on every rank: restore the newest usable checkpoint.
 
     Rank 0 picks the file (the newest one that reads; with AUTO_RESUME a corrupt file is
-    skipped with a warning) and tells the others, so all ranks load the same one; every rank
+    skipped with a warning, but when none reads the run stops rather than start over and
+    overwrite them) and tells the others, so all ranks load the same one; every rank
     then restores model, optimizer, loss scaler, scheduler, validation monitor and its own RNG
     state. Call it last before :func:`common.trainer.train`: anything drawing random numbers
     in between breaks exactness.
@@ -388,23 +421,16 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
         checkpoints) rebuild the scheduler at ``last_epoch = info.state.global_step - 1``.
     Raises:
         FileNotFoundError, CheckpointError: TRAIN.RESUME and the file is absent or unusable;
-            a chosen checkpoint that does not fit the model.
+            AUTO_RESUME and every checkpoint is unreadable; a chosen checkpoint that does not fit
+            the model (on every rank).
     """
-    path, ckpt = None, None
+    path, ckpt, error = None, None, None
     if cdist.is_main_process():
         remove_stale_temp_files(prefix)
-        for candidate in find_resume_checkpoint(prefix, train_cfg.BEGIN_EPOCH, train_cfg.END_EPOCH,
-                                                train_cfg.RESUME, train_cfg.AUTO_RESUME):
-            try:
-                ckpt = load_checkpoint_file(candidate)
-            except CheckpointError as e:
-                if train_cfg.RESUME:
-                    raise
-                logger.warning("skipping unreadable checkpoint: %s", e)
-                continue
-            path = candidate
-            break
-    path = cdist.broadcast_object(path)
+        path, ckpt, error = _newest_readable(prefix, train_cfg)
+    path, error = cdist.broadcast_object((path, error))  # every rank stops on rank 0's error
+    if error is not None:
+        raise CheckpointError(error)
     if path is None:
         return None
     if ckpt is None:

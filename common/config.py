@@ -15,14 +15,13 @@ what was expected and, for an unknown key, the closest valid key.
 """
 import copy
 import difflib
-import os
-import tempfile
 
 import yaml
 from yacs.config import CfgNode
 
 from common.config_compat import CONVERTERS, to_float
 from common.errors import UserInputError
+from common.safe_write import atomic_write
 
 
 class ConfigError(UserInputError):
@@ -499,18 +498,13 @@ def to_plain(value):
 
 
 def dump_config(cfg, path):
-    """Write the effective config as YAML to ``path`` atomically; loading it gives the same config."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".cfg-", suffix=".yaml")
-    try:
-        with os.fdopen(fd, "w") as f:
-            yaml.safe_dump(to_plain(cfg), f, default_flow_style=False, sort_keys=False)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    """Write the effective config as YAML to ``path`` atomically; loading it gives the same config.
+
+    Raises:
+        common.safe_write.OutputWriteError: disk full or folder not writable (names the folder).
+    """
+    text = yaml.safe_dump(to_plain(cfg), default_flow_style=False, sort_keys=False)
+    atomic_write(path, lambda f: f.write(text), binary=False, size_hint=len(text))
 
 
 # --------------------------------------------------------------------------------------------- #

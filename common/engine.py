@@ -28,6 +28,7 @@ from common.checkpoint import load_checkpoint_file, load_model_state_dict, load_
 from common.cli import setup_output
 from common.data.build import make_dataloader
 from common.lr_scheduler import build_lr_scheduler, updates_per_epoch
+from common.module import held_random_init_warnings, warn_random_init
 from common.optim import build_optimizer
 from common.trainer import to_device, train
 
@@ -83,12 +84,19 @@ def seed_everything(seed, rank=0):
 
 
 def build_model(task, cfg, device, log=None):
-    """The task's model on ``device``, with NETWORK.PARTIAL_PRETRAIN loaded when set."""
-    model = task.build_model(cfg)
+    """The task's model on ``device``, with NETWORK.PARTIAL_PRETRAIN loaded when set.
+
+    Warns (:class:`common.module.RandomInitWarning`) about the parts that keep random weights.
+    """
+    with held_random_init_warnings() as held:
+        model = task.build_model(cfg)
+    loaded = []
     if cfg.NETWORK.PARTIAL_PRETRAIN:
-        load_partial_pretrain(model, cfg.NETWORK.PARTIAL_PRETRAIN, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES,
-                              segmb_init=cfg.NETWORK.get("PARTIAL_PRETRAIN_SEGMB_INIT", False),
-                              load_rel_head=cfg.NETWORK.get("LOAD_REL_HEAD", False), log=log)
+        loaded = load_partial_pretrain(
+            model, cfg.NETWORK.PARTIAL_PRETRAIN, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES,
+            segmb_init=cfg.NETWORK.get("PARTIAL_PRETRAIN_SEGMB_INIT", False),
+            load_rel_head=cfg.NETWORK.get("LOAD_REL_HEAD", False), log=log).loaded
+    warn_random_init(model, held, loaded)  # only parts the partial pretrain file did not fill
     return model.to(device)
 
 
@@ -98,7 +106,8 @@ def load_for_inference(task, cfg, ckpt_path, device):
     Raises:
         common.checkpoint.CheckpointError: the file is not a checkpoint or does not fit the model.
     """
-    model = task.build_model(cfg)
+    with held_random_init_warnings():  # dropped: the checkpoint sets every weight
+        model = task.build_model(cfg)
     load_model_state_dict(model, load_checkpoint_file(ckpt_path)["state_dict"], source=ckpt_path)
     return model.to(device).eval()
 
@@ -143,7 +152,8 @@ def train_net(args, cfg, task):
     logger.info("training on %d process(es), device %s; output folder %s", world_size, device, folder)
     seed_everything(cfg.RNG_SEED, rank)
 
-    model = build_model(task, cfg, device, log=logger.info)
+    with held_random_init_warnings() as random_parts:  # issued unless a checkpoint is resumed below
+        model = build_model(task, cfg, device, log=logger.info)
     train_loader = make_dataloader(cfg, "train", world_size, rank)
     val_loader = make_dataloader(cfg, "val", world_size, rank)
 
@@ -163,7 +173,9 @@ def train_net(args, cfg, task):
     resumed = resume_training(prefix, train_cfg, model, optimizer, scaler, lr_scheduler, validation_monitor,
                               steps_per_epoch=steps_per_epoch)
     state = None
-    if resumed is not None:
+    if resumed is None:
+        warn_random_init(model, random_parts)
+    else:
         state = resumed.state
         if "lr_scheduler" not in resumed.restored:  # a reference checkpoint: position the schedule
             lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader), begin_step=state.global_step)

@@ -16,6 +16,7 @@ from torch import nn
 from torchvision.ops import roi_align
 
 from common.backbone import build_resnet, freeze_stages, load_resnet_weights, resnet_channels
+from common.module import RandomInitWarning
 from common.safe_load import load_tensors
 
 __all__ = ["FastRCNN", "coordinate_embeddings", "clip_boxes"]
@@ -136,7 +137,8 @@ class FastRCNN(nn.Module):
         self.obj_downsample = nn.Sequential(nn.Dropout(p=0.1), nn.Linear(in_dim, final_dim), nn.ReLU(inplace=True))
 
     def init_weight(self):
-        """Load ``IMAGE_PRETRAINED`` into the ResNet, or warn that it stays randomly initialised.
+        """Load ``IMAGE_PRETRAINED`` into the ResNet, or warn (:class:`RandomInitWarning`) that it stays
+        randomly initialised; the engine holds that warning back when a checkpoint fills the ResNet.
 
         The file holds a whole-ResNet state dict (``conv1``.. ``layer4``; ``layer4`` goes to res5),
         as the reference's ``resnet101-pt-vgbua-0000.model``. The task model calls this once after
@@ -150,8 +152,8 @@ class FastRCNN(nn.Module):
         if self.image_feat_precomputed:
             return
         if self.pretrained_path is None:
-            warnings.warn("NETWORK.IMAGE_PRETRAINED is empty: the ResNet image backbone keeps its random "
-                          "initialisation", stacklevel=2)
+            warnings.warn(RandomInitWarning("NETWORK.IMAGE_PRETRAINED is empty: the ResNet image backbone keeps "
+                                            "its random initialisation", self.backbone), stacklevel=2)
             return
         state_dict = load_tensors(self.pretrained_path, "NETWORK.IMAGE_PRETRAINED weights")
         if not isinstance(state_dict, dict):

@@ -1,5 +1,53 @@
-"""Base class of the task models: one ``forward`` that dispatches on ``self.training``."""
+"""Base class of the task models (one ``forward`` that dispatches on ``self.training``) and the warning
+for parts of a model that keep their random initialisation."""
+import contextlib
+import warnings
+
 import torch.nn as nn
+
+
+class RandomInitWarning(UserWarning):
+    """A part of the model keeps its random initialisation: the config names no pretrained file for it.
+
+    Args:
+        message: what stays random and which config key would name weights for it.
+        module: that part (``nn.Module``) or None, so that a later load that fills it drops the warning.
+    """
+
+    def __init__(self, message, module=None):
+        super().__init__(message)
+        self.module = module
+
+
+@contextlib.contextmanager
+def held_random_init_warnings():
+    """Hold back the :class:`RandomInitWarning` s raised inside; every other warning is passed on.
+
+    Yields the list that receives the held warnings when the block ends: give it to
+    :func:`warn_random_init` once it is known which weights were loaded afterwards, or drop it
+    when a checkpoint sets every weight.
+    """
+    held = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield held
+    for w in caught:
+        if issubclass(w.category, RandomInitWarning):
+            held.append(w.message)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
+def warn_random_init(model, held, loaded=()):
+    """Re-issue the held warnings whose part of ``model`` took none of the ``loaded`` state-dict keys."""
+    loaded = set(loaded)
+    prefixes = {id(m): name for name, m in model.named_modules()}
+    for w in held:
+        if w.module is not None and id(w.module) in prefixes:
+            prefix = prefixes[id(w.module)] + "." if prefixes[id(w.module)] else ""
+            if any(prefix + k in loaded for k in w.module.state_dict()):
+                continue
+        warnings.warn(w, stacklevel=2)
 
 
 class Module(nn.Module):

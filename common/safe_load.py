@@ -21,12 +21,10 @@ import torch
 
 from common.errors import UserInputError
 
-# Globals a plain pickle may name: containers, numbers and bytes, also in Python 2 spelling.
-# Calling any of them with data from the file builds a value and runs nothing else.
-_PLAIN_GLOBALS = {
-    (module, name) for module in ("builtins", "__builtin__")
-    for name in ("set", "frozenset", "bytearray", "complex")
-} | {("collections", "OrderedDict"), ("_codecs", "encode")}
+# Globals a plain pickle may name: containers, numbers and bytes. Calling any of them with data from
+# the file builds a value and runs nothing else.
+_PLAIN_GLOBALS = {("builtins", name) for name in ("set", "frozenset", "bytearray", "complex")} | {
+    ("collections", "OrderedDict"), ("_codecs", "encode")}
 _GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([\w.]+)")
 
 
@@ -86,7 +84,8 @@ def load_tensors(path, what="weights file", allowed_globals=()):
     except pickle.UnpicklingError as e:
         refused = _GLOBAL_IN_MESSAGE.search(str(e))
         if refused:
-            raise _refused(path, what, refused.group(1)) from None
+            name = refused.group(1)  # torch names builtins without their module
+            raise _refused(path, what, name if "." in name else "builtins." + name) from None
         raise UnreadableFileError("{} is not a readable {} ({})".format(path, what, _reason(e))) from None
     except Exception as e:  # truncated zip, wrong magic number, ...: all mean a bad file
         raise UnreadableFileError("{} is not a readable {} ({}: {})".format(
@@ -101,6 +100,7 @@ class _PlainUnpickler(pickle.Unpickler):
     """Unpickler that resolves only :data:`_PLAIN_GLOBALS`; the refused name is kept for the message."""
 
     def find_class(self, module, name):
+        module = "builtins" if module == "__builtin__" else module  # Python 2 pickles (and protocols < 3)
         if (module, name) in _PLAIN_GLOBALS:
             return super().find_class(module, name)
         raise _Refused("{}.{}".format(module, name))

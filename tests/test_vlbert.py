@@ -95,6 +95,43 @@ def test_fully_padded_rows_stay_finite_in_half_precision(dtype):
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize('mode', ['autocast', 'half'])
+def test_attention_probs_path_stays_finite_when_raw_scores_pass_fp16_max(mode):
+    """Raw q.k of ~1.6e5 (past fp16's 65504) but scaled scores of ~2e4: both attention paths must
+    stay finite and agree with each other and the fp32 result within fp16 tolerance (the scores
+    themselves are only good to fp16's spacing of 16 there, so the probabilities are not compared)."""
+    from common.nlp.modeling import BertSelfAttention
+    torch.manual_seed(0)
+    layer = BertSelfAttention(CfgNode(dict(BERT_KEYS, hidden_size=128, num_attention_heads=2,
+                                           attention_probs_dropout_prob=0.0))).eval()  # head size 64
+    with torch.no_grad():
+        for lin in (layer.query, layer.key):
+            lin.weight.copy_(torch.eye(128) * 50.0)
+            lin.bias.zero_()
+    hidden = 1.0 + 0.01 * torch.randn(2, 6, 128)  # q = k = ~50: raw q.k = 64 * 2500 = 1.6e5 per head
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[1, 4:] = False
+    bias = attention_bias(mask)
+    q = layer.query(hidden)[0, 0, :64]
+    assert (q @ q).item() > 65504 and (q @ q).item() / 8 < 65504
+    reference, _ = layer(hidden, bias)
+    results = {}
+    for eager in (False, True):
+        if mode == 'autocast':
+            with torch.autocast('cpu', dtype=torch.float16):
+                results[eager] = layer(hidden, bias, output_attention_probs=eager)
+        else:
+            results[eager] = layer.half()(hidden.half(), bias.half(), output_attention_probs=eager)
+            layer.float()
+    (fused, _), (eager_out, probs) = results[False], results[True]
+    assert fused.dtype == eager_out.dtype == torch.float16
+    for out in (fused, eager_out, probs):
+        assert torch.isfinite(out).all()
+    assert torch.allclose(eager_out.float(), fused.float(), atol=2e-2, rtol=1e-2)
+    assert torch.allclose(eager_out.float(), reference, atol=2e-2, rtol=1e-2)
+    assert torch.allclose(probs.float().sum(-1), torch.ones(2, 2, 6), atol=1e-3)
+
+
 def vl_inputs(batch=3, text_len=7, num_objects=4, seed=0):
     g = torch.Generator().manual_seed(seed)
     text_ids = torch.randint(1, 1200, (batch, text_len), generator=g)

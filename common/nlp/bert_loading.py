@@ -17,6 +17,7 @@ import warnings
 
 
 from common.errors import UserInputError
+from common.module import RandomInitWarning
 from common.safe_load import load_tensors
 
 logger = logging.getLogger(__name__)
@@ -150,7 +151,8 @@ def language_pretrained_weights(network_config):
             raise FileNotFoundError("NETWORK.BERT_PRETRAINED: weights file '{}' does not exist".format(path))
         return read_bert_weights(path), path
     if network_config.BERT_MODEL_NAME == '':
-        warnings.warn("NETWORK.BERT_MODEL_NAME is empty: the language model is randomly initialised")
+        warnings.warn(RandomInitWarning("NETWORK.BERT_MODEL_NAME is empty: the language model is randomly "
+                                        "initialised"))
         return None, None
     return load_bert_folder(network_config.BERT_MODEL_NAME, network_config.VLBERT)
 

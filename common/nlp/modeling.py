@@ -128,7 +128,9 @@ class BertSelfAttention(nn.Module):
         dropout_p = self.dropout_p if self.training else 0.0
         probs = None
         if output_attention_probs:
-            scores = q @ k.transpose(-1, -2) / math.sqrt(self.attention_head_size) + bias
+            # Scale q before the product, as SDPA does: in fp16 the raw q.k overflows 65504 long
+            # before the scaled scores do.
+            scores = (q * (1.0 / math.sqrt(self.attention_head_size))) @ k.transpose(-1, -2) + bias
             probs = scores.softmax(dim=-1)
             context = F.dropout(probs, dropout_p, self.training) @ v
         else:

@@ -1,0 +1,50 @@
+"""SIGKILL at random points -- inside an accumulation group, while a checkpoint is written, during
+validation -- then TRAIN.AUTO_RESUME: the run ends with the uninterrupted run's parameters, optimizer,
+loss scaler, LR scheduler, RNG states and validation record, bit for bit.
+
+The points are drawn from a seed that changes every run (FAULT_SEED=n repeats one); failures print it.
+"""
+import os
+import random
+import signal
+import time
+
+from tests.faults import harness
+
+SEED = int(os.environ.get("FAULT_SEED", time.time_ns() % 10 ** 6))
+
+
+def test_random_kills_then_auto_resume_match_uninterrupted_run(tiny_cfg, clean_state, tmp_path):
+    rng = random.Random(SEED)
+    work = tmp_path / "work"
+    folder = harness.out_dir(work)
+    note = "FAULT_SEED={}".format(SEED)
+
+    # 1) after the first micro-batch of a group (k = 2): gradients of half a group exist, no step yet.
+    #    64 samples / 4 = 16 micro-batches per epoch; the kill lands in epoch 0 or 1.
+    kill_batch = rng.randrange(2, 32, 2)
+    rc, out, err = harness.run(tiny_cfg, work, faults={"FAULT_KILL_AT_BATCH": kill_batch})
+    assert rc == -signal.SIGKILL, (note, err[-2000:])
+    saved = harness.checkpoint_names(work)
+
+    # 2) resumed, then killed halfway through writing its n-th checkpoint file: a torn temporary file
+    #    remains, every complete .model file is intact.
+    save = rng.randint(1, 4)
+    rc, out, err = harness.run(tiny_cfg, work, faults={"FAULT_KILL_IN_SAVE": save})
+    assert rc == -signal.SIGKILL, (note, err[-2000:])
+    assert "Resumed from" in out if saved else "Resumed from" not in out, note
+    assert any(f.endswith(".tmp") for f in os.listdir(folder)), (note, os.listdir(folder))
+    for name in harness.checkpoint_names(work):
+        harness.training_state(os.path.join(folder, name))  # reads: no torn .model file
+
+    # 3) resumed (the stale temporary file is removed), then killed during its first validation.
+    rc, out, err = harness.run(tiny_cfg, work, faults={"FAULT_KILL_AT_VAL_BATCH": rng.randint(1, 2)})
+    assert rc == -signal.SIGKILL, (note, err[-2000:])
+    assert "Resumed from" in out and "Val-Acc" not in out, note
+    assert not any(f.endswith(".tmp") for f in os.listdir(folder)), note
+
+    # 4) resumed to the end.
+    rc, out, err = harness.run(tiny_cfg, work)
+    assert rc == 0, (note, err[-2000:])
+    assert "Resumed from" in out, note
+    harness.assert_same(harness.training_state(os.path.join(folder, harness.FINAL)), clean_state, note)

@@ -1,0 +1,188 @@
+"""Files that would run code when unpickled -- a pickle that creates a file through os.system, exec,
+eval or builtins.open -- fed through every path the product loads files by, with and without
+TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1: the file is never created and the error names the refused file.
+A scan fails on any bare torch.load / pickle.load outside common/safe_load.py."""
+import os
+import pickle
+import re
+
+import pytest
+import torch
+from yacs.config import CfgNode
+
+from common import checkpoint as ck
+from common.engine import load_for_inference
+from common.fast_rcnn import FastRCNN
+from common.nlp.bert_loading import language_pretrained_weights, read_bert_weights
+from common.safe_load import UnreadableFileError, load_pickle, load_tensors
+from tests.conftest import ROOT
+from tests.faults import harness, tiny_task
+
+
+class Payload:
+    """Unpickling calls ``call(*args)``: each one creates the file ``marker``."""
+
+    def __init__(self, call, args):
+        self.call, self.args = call, args
+
+    def __reduce__(self):
+        return self.call, self.args
+
+
+def payloads(marker):
+    return {
+        "os.system": Payload(os.system, ("touch '{}'".format(marker),)),
+        "exec": Payload(exec, ("open({!r}, 'w').write('x')".format(str(marker)),)),
+        "eval": Payload(eval, ("open({!r}, 'w')".format(str(marker)),)),
+        "builtins.open": Payload(open, (str(marker), "w")),
+    }
+
+
+# What the file asks to call, as the loaders name it (builtins.open is io.open).
+REFUSED = {"os.system": "posix.system", "exec": "builtins.exec", "eval": "builtins.eval", "builtins.open": "io.open"}
+
+
+def write_evil(path, payload, fmt="zip"):
+    """A checkpoint-shaped dict with the payload inside: torch.save's zip or legacy format, or a plain
+    pickle (no tensors: pickling one names a torch global first, which is refused before the payload)."""
+    tensors = {"w": torch.zeros(2)} if fmt != "pickle" else {}
+    obj = {"state_dict": tensors, "optimizer": {}, "extra": payload}
+    if fmt == "pickle":
+        with open(path, "wb") as f:
+            pickle.dump(obj, f, protocol=2)
+    else:
+        torch.save(obj, str(path), _use_new_zipfile_serialization=fmt == "zip")
+    return str(path)
+
+
+def refused(path, name):
+    return r"{} was refused \(.*\): it asks to call {}, .*nothing from the file was run".format(
+        re.escape(str(path)), re.escape(name))
+
+
+@pytest.fixture(params=[False, True], ids=["env-unset", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1"])
+def force_no_weights_only(request, monkeypatch):
+    if request.param:
+        monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    else:
+        monkeypatch.delenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", raising=False)
+
+
+def tiny_resnet_config(image_pretrained):
+    net = CfgNode(dict(IMAGE_NUM_LAYERS=18, IMAGE_C5_DILATED=False, IMAGE_STRIDE_IN_1x1=False,
+                       IMAGE_PRETRAINED=image_pretrained, IMAGE_PRETRAINED_EPOCH=0, IMAGE_FROZEN_BACKBONE_STAGES=[],
+                       IMAGE_FROZEN_BN=False, IMAGE_SEMANTIC=False, IMAGE_FEAT_PRECOMPUTED=False,
+                       OUTPUT_CONV5=False, IMAGE_ROI_POOLED_SIZE=4))
+    return CfgNode(dict(NETWORK=net))
+
+
+def bert_network(bert_pretrained, folder=""):
+    return CfgNode(dict(BERT_PRETRAINED=bert_pretrained, BERT_PRETRAINED_EPOCH=0, BERT_MODEL_NAME=folder,
+                        VLBERT=CfgNode()))
+
+
+@pytest.mark.parametrize("fmt", ["zip", "legacy", "pickle"])
+@pytest.mark.parametrize("kind", sorted(REFUSED))
+def test_every_tensor_loading_path_refuses_code(kind, fmt, tmp_path, force_no_weights_only):
+    marker = tmp_path / "created_by_pickle"
+    payload = payloads(marker)[kind]
+    evil = write_evil(tmp_path / "evil-0000.model", payload, fmt)
+    evil_prefix = evil[:-len("-0000.model")]  # {prefix}-{epoch:04d}.model names
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "bert_config.json").write_text("{}")
+    evil_bin = write_evil(bert / "pytorch_model.bin", payload, fmt)
+    tiny = tiny_task.TinyNet(None)
+    paths = {
+        "load_tensors": (evil, lambda: load_tensors(evil)),
+        "checkpoint (resume, val.py, test.py)": (evil, lambda: ck.load_checkpoint_file(evil)),
+        "NETWORK.PARTIAL_PRETRAIN": (evil, lambda: ck.load_partial_pretrain(tiny, evil)),
+        "inference model": (evil, lambda: load_for_inference(tiny_task.TINY_TASK, CfgNode({"MODULE": "TinyNet"}),
+                                                             evil, "cpu")),
+        "NETWORK.IMAGE_PRETRAINED": (evil, lambda: FastRCNN(tiny_resnet_config(evil_prefix), final_dim=8).init_weight()),
+        "BERT weights": (evil, lambda: read_bert_weights(evil)),
+        "NETWORK.BERT_PRETRAINED": (evil, lambda: language_pretrained_weights(bert_network(evil_prefix))),
+        "NETWORK.BERT_MODEL_NAME": (evil_bin, lambda: language_pretrained_weights(bert_network("", str(bert)))),
+    }
+    for what, (path, attempt) in paths.items():
+        with pytest.raises((UnreadableFileError, ck.CheckpointError)) as info:
+            attempt()
+        assert re.fullmatch(refused(path, REFUSED[kind]) + r"[^\n]*", str(info.value)), (what, str(info.value))
+        assert not marker.exists(), what
+
+
+@pytest.mark.parametrize("protocol", [0, 2, pickle.HIGHEST_PROTOCOL])
+@pytest.mark.parametrize("kind", sorted(REFUSED))
+def test_plain_pickles_refuse_code_and_keep_plain_values(kind, protocol, tmp_path):
+    marker = tmp_path / "created_by_pickle"
+    path = tmp_path / "refs(unc).p"
+    plain = {"refs": [{"ref_id": 1, "sentences": [{"raw": "the man on the left", "tokens": ["man", "left"]}],
+                       "bbox": (1.5, 2.0, 30.0, 40.25), "split": "testA", "ok": True, "none": None}],
+             "ids": {3, 4}, "frozen": frozenset({"a"}), "bytes": b"\x00\xff", "c": 1 + 2j}
+    with open(path, "wb") as f:
+        pickle.dump(plain, f, protocol=protocol)
+    assert load_pickle(str(path), "RefCOCO refs file") == plain
+    with open(path, "wb") as f:
+        pickle.dump(dict(plain, evil=payloads(marker)[kind]), f, protocol=protocol)
+    with pytest.raises(UnreadableFileError, match=refused(path, REFUSED[kind])):
+        load_pickle(str(path), "RefCOCO refs file")
+    assert not marker.exists()
+
+
+def test_truncated_or_foreign_files_name_the_file(tmp_path):
+    ckpt = tmp_path / "m-0000.model"
+    torch.save({"state_dict": {"w": torch.zeros(100)}}, str(ckpt))
+    data = ckpt.read_bytes()
+    ckpt.write_bytes(data[:len(data) // 2])
+    with pytest.raises(UnreadableFileError, match=r"m-0000\.model is not a readable weights file \("):
+        load_tensors(str(ckpt))
+    refs = tmp_path / "refs.p"
+    refs.write_bytes(pickle.dumps({"a": [1, 2, 3]})[:-4])
+    with pytest.raises(UnreadableFileError, match=r"refs\.p is not a readable RefCOCO refs file \("):
+        load_pickle(str(refs), "RefCOCO refs file")
+    with pytest.raises(FileNotFoundError, match="absent.p"):
+        load_pickle(str(tmp_path / "absent.p"))
+
+
+def test_resume_and_partial_pretrain_entries_refuse_code(tiny_cfg, tmp_path, capsys, monkeypatch):
+    """Through the training entry, with the environment variable set: a refused newest checkpoint is
+    skipped with a warning naming it; a refused PARTIAL_PRETRAIN file stops the run with one error."""
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    marker = tmp_path / "created_by_pickle"
+    folder = harness.out_dir(tmp_path / "m")
+    assert harness.run_here(tiny_cfg, tmp_path / "m", opts=["TRAIN.END_EPOCH", 1]) == 0
+    evil = write_evil(os.path.join(folder, "tiny-0001.model"), payloads(marker)["os.system"])  # the newest
+    capsys.readouterr()
+    assert harness.run_here(tiny_cfg, tmp_path / "m", opts=["TRAIN.END_EPOCH", 2]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"skipping unreadable checkpoint, falling back to the previous one: " + refused(evil, "posix.system"),
+                     out), out[-2000:]
+    assert "Resumed from {}".format(os.path.join(folder, "tiny-0000.model")) in out
+
+    pretrain = write_evil(tmp_path / "pretrain.model", payloads(marker)["exec"])
+    assert harness.run_here(tiny_cfg, tmp_path / "p", opts=["NETWORK.PARTIAL_PRETRAIN", pretrain]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch("error: " + refused(pretrain, "builtins.exec") + r"\.[^\n]*\n", err), err
+    assert not marker.exists()
+
+
+PRODUCT_DIRS = ("common", "vcr", "vqa", "pretrain", "refcoco", "scripts", "bench")
+UNSAFE = re.compile(r"\btorch\.load\b|\btorch\.jit\.load\b|\bpickle\.loads?\b|\bUnpickler\b|\bcPickle\b|\bdill\b"
+                    r"|\bmarshal\.loads?\b|allow_pickle\s*=\s*True|\byaml\.(?:load|unsafe_load|full_load)\b")
+
+
+def test_no_bare_unpickling_outside_safe_load():
+    offenders = []
+    for top in PRODUCT_DIRS:
+        for folder, _, files in os.walk(os.path.join(ROOT, top)):
+            for name in files:
+                path = os.path.join(folder, name)
+                if not name.endswith((".py", ".sh")) or os.path.relpath(path, ROOT) == os.path.join("common",
+                                                                                                    "safe_load.py"):
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    for number, line in enumerate(f, 1):
+                        code = line.split("#")[0]
+                        if UNSAFE.search(code):
+                            offenders.append("{}:{}: {}".format(os.path.relpath(path, ROOT), number, line.strip()))
+    assert offenders == [], "load files through common.safe_load:\n" + "\n".join(offenders)
