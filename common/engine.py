@@ -21,9 +21,9 @@ from tensorboardX import SummaryWriter
 
 from common import amp
 from common import distributed as cdist
-from common.callbacks.checkpoint import checkpoint_callbacks
-from common.callbacks.speedometer import Speedometer
-from common.callbacks.validation_monitor import ValidationMonitor
+from common.hooks.checkpoint import checkpoint_callbacks
+from common.hooks.speedometer import Speedometer
+from common.hooks.validation_monitor import ValidationMonitor
 from common.checkpoint import load_checkpoint_file, load_model_state_dict, load_partial_pretrain, resume_training
 from common.cli import setup_output
 from common.data.build import make_dataloader

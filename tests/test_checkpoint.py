@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from common import amp
 from common import checkpoint as ck
-from common.callbacks.checkpoint import Checkpoint, StepCheckpoint, checkpoint_callbacks
+from common.hooks.checkpoint import Checkpoint, StepCheckpoint, checkpoint_callbacks
 from common.trainer import BatchEndParam, TrainContext, TrainState
 
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from common.losses import masked_lm_loss, soft_cross_entropy
-from common.vlbert_module import collect_obj_reps, pack_text_pair
+from common.modeling.vlbert_module import collect_obj_reps, pack_text_pair
 from tests.conftest import SHARED
 
 CFGS = os.path.join(SHARED, 'legacy', 'cfgs')

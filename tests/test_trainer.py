@@ -11,8 +11,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from common import amp
-from common.callbacks.speedometer import Speedometer
-from common.callbacks.validation_monitor import ValidationMonitor
+from common.hooks.speedometer import Speedometer
+from common.hooks.validation_monitor import ValidationMonitor
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.eval_metric import EvalMetric
 from common.trainer import TrainingDivergedError, TrainState, train

@@ -5,9 +5,9 @@ import torch
 from pytorch_pretrained_bert.modeling import BertConfig, BertEncoder as ReferenceEncoder
 from yacs.config import CfgNode
 
-from common.nlp.modeling import BertEncoder, attention_bias
-from common.nlp.time_distributed import TimeDistributed
-from common.visual_linguistic_bert import NUM_SPECIAL_WORDS, VisualLinguisticBert, VisualLinguisticBertForPretraining
+from common.modeling.nlp.modeling import BertEncoder, attention_bias
+from common.modeling.nlp.time_distributed import TimeDistributed
+from common.modeling.visual_linguistic_bert import NUM_SPECIAL_WORDS, VisualLinguisticBert, VisualLinguisticBertForPretraining
 
 BERT_KEYS = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, hidden_act='gelu',
                  hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, max_position_embeddings=64,

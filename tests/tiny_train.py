@@ -24,7 +24,7 @@ from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E40
 
 from common import amp  # noqa: E402
 from common import checkpoint as ck  # noqa: E402
-from common.callbacks.checkpoint import checkpoint_callbacks  # noqa: E402
+from common.hooks.checkpoint import checkpoint_callbacks  # noqa: E402
 from common.cli import config_from_args, setup_output, train_argument_parser  # noqa: E402
 from common.data.samplers import make_batch_sampler  # noqa: E402
 from common import distributed as cdist  # noqa: E402

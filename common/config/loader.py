@@ -2,7 +2,7 @@
 
 Life cycle of a config (in this module only; the idea of detectron2 ``config/config.py``)::
 
-    task defaults (copy) -> legacy conversion (common/config_compat.py) -> checked YAML merge
+    task defaults (copy) -> legacy conversion (common/config/compat.py) -> checked YAML merge
         -> checked --opts merge -> freeze -> written as YAML into the output folder
 
 Key names and default values are those of the reference release (github jackroos/VL-BERT,
@@ -21,7 +21,7 @@ import tempfile
 import yaml
 from yacs.config import CfgNode
 
-from common.config_compat import CONVERTERS, to_float
+from common.config.compat import CONVERTERS, to_float
 from common.errors import UserInputError
 
 
