@@ -233,7 +233,7 @@ def test_resume_skips_corrupt_newest(tmp_path):
 def test_epoch_callback_frequency_and_best(tmp_path):
     prefix = str(tmp_path / "vl")
     net, opt, sched = _trained()
-    cb = Checkpoint(prefix, frequent=2, config="A: 1\n", validation_monitor=Monitor(best_epoch=1))
+    cb = Checkpoint(prefix, frequent=2, cfg="A: 1\n", validation_monitor=Monitor(best_epoch=1))
     for epoch in range(4):
         cb.after_epoch(TrainContext(net, opt, sched, amp.LossScaler(), new_train_state(epoch=epoch + 1), epoch=epoch))
     assert sorted(os.listdir(str(tmp_path))) == ["vl-0001.model", "vl-0003.model", "vl-best.model"]

@@ -9,9 +9,9 @@ from common.checkpoint import (best_checkpoint_path, epoch_checkpoint_path, prun
 from .base import HookBase
 
 
-def _save(paths, ctx, validation_monitor, config):
+def _save(paths, ctx, validation_monitor, cfg):
     save_checkpoint(paths, ctx.net, ctx.optimizer, validation_monitor=validation_monitor, scaler=ctx.scaler,
-                    lr_scheduler=ctx.lr_scheduler, train_state=ctx.state, config=config)
+                    lr_scheduler=ctx.lr_scheduler, train_state=ctx.state, config=cfg)
 
 
 class Checkpoint(HookBase):
@@ -21,16 +21,16 @@ class Checkpoint(HookBase):
     Args:
         prefix: ``{output folder}/{MODEL_PREFIX}``.
         frequent (int): save after epochs ``e`` with ``(e + 1) % frequent == 0``.
-        config: saved under ``config`` (CfgNode, dict or YAML text), or None.
+        cfg: saved under ``config`` (CfgNode, dict or YAML text), or None.
         validation_monitor: its state is saved and its best epoch picks the best file (None: no best).
     """
 
-    def __init__(self, prefix, frequent=1, config=None, validation_monitor=None):
+    def __init__(self, prefix, frequent=1, cfg=None, validation_monitor=None):
         if frequent < 1:
             raise ValueError("CHECKPOINT_FREQUENT must be >= 1, got {}".format(frequent))
         self.prefix = prefix
         self.frequent = frequent
-        self.config = config
+        self.cfg = cfg
         self.validation_monitor = validation_monitor
 
     def after_epoch(self, ctx):
@@ -40,7 +40,7 @@ class Checkpoint(HookBase):
         paths = [epoch_checkpoint_path(self.prefix, epoch)]
         if monitor is not None and monitor.best_epoch == epoch:
             paths.append(best_checkpoint_path(self.prefix))
-        _save(paths, ctx, monitor, self.config)
+        _save(paths, ctx, monitor, self.cfg)
 
 
 class StepCheckpoint(HookBase):
@@ -53,14 +53,14 @@ class StepCheckpoint(HookBase):
     ``after_step``, so the saved scheduler has taken the step.
     """
 
-    def __init__(self, prefix, every_steps, keep=2, config=None, validation_monitor=None):
+    def __init__(self, prefix, every_steps, keep=2, cfg=None, validation_monitor=None):
         if every_steps < 1 or keep < 1:
             raise ValueError("TRAIN.CHECKPOINT_STEPS and TRAIN.CHECKPOINT_KEEP must be >= 1, got {} and {}"
                              .format(every_steps, keep))
         self.prefix = prefix
         self.every_steps = every_steps
         self.keep = keep
-        self.config = config
+        self.cfg = cfg
         self.validation_monitor = validation_monitor
 
     def after_batch(self, ctx):
@@ -68,7 +68,7 @@ class StepCheckpoint(HookBase):
         if not ctx.step_ended or (state["global_step"] + state["skipped_steps"]) % self.every_steps:
             return
         _save(step_checkpoint_path(self.prefix, state["epoch"], state["epoch_batch"]), ctx,
-              self.validation_monitor, self.config)
+              self.validation_monitor, self.cfg)
         prune_step_checkpoints(self.prefix, self.keep)
 
 
