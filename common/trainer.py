@@ -7,8 +7,8 @@ One optimizer step, as :class:`Trainer` does it (``k = grad_accumulate_steps``):
         scaler.backward(loss.mean() / group_size)  # DDP: no_sync() on all but the last one
         metrics.update(outputs)
     last micro-batch: scaler.step(optimizer, clip_grad_norm)   # unscale once, clip, step or skip
-                      optimizer.zero_grad(); hooks.after_step (LR schedule, TensorBoard)
-    every micro-batch: hooks.after_batch (speedometer line, mid-epoch checkpoint)
+                      optimizer.zero_grad(); hooks.after_step (LR schedule)
+    every micro-batch: hooks.after_batch (TensorBoard, speedometer line, mid-epoch checkpoint)
     epoch end:        hooks.after_epoch (validation, plateau LR, checkpoint)
 
 Groups start at batch 0 of every epoch and never span two epochs; the last group of an epoch
