@@ -1,0 +1,166 @@
+"""Conceptual Captions in the reference release's layout: the caption index and the detector files.
+
+``{DATASET_PATH}/{IMAGE_SET}_frcnn.json`` (``train_frcnn.json``, ``val_frcnn.json``) holds one
+JSON object per line::
+
+    {"image": "train_image.zip@/00000000.jpg",
+     "caption": ["a", "very", "typical", "bus", "station"],
+     "frcnn": "train_frcnn.zip@/00000000.json"}
+
+and each ``frcnn`` file is the bottom-up-attention detector's output for that image::
+
+    {"image_id": 0, "image_w": 640, "image_h": 480, "num_boxes": 10,
+     "boxes": <base64 float32 (num_boxes, 4)>, "classes": <base64 float32 (num_boxes, 1601)>,
+     "features": <base64 float32 (num_boxes, 2048)>, "attrs": <base64 float32 (num_boxes, 401)>}
+
+Field by field in ``data/PREPARE_DATA.md``. Paths are relative to ``DATASET_PATH``; with
+``DATASET.ZIP_MODE`` off, ``train_image.zip@/x.jpg`` is read as ``train_image/x.jpg`` (and a
+sharded archive name ``train_frcnn.3.zip@/`` as the folder ``train_frcnn/``), as the reference does.
+"""
+import base64
+import binascii
+import json
+import os
+import re
+from collections import namedtuple
+
+import numpy as np
+import torch
+
+from common.data.loading import load_json
+from common.errors import UserInputError
+
+PREPARE_DOC = "data/PREPARE_DATA.md"
+# Index file of an image set (DATASET.TRAIN_IMAGE_SET 'train' -> train_frcnn.json).
+INDEX_FILE = "{}_frcnn.json"
+
+_ZIP_IN_PATH = re.compile(r"(\.\d+)?\.zip@/*")
+
+
+class CaptionDataError(UserInputError):
+    """Bad Conceptual Captions data; the message names the file (and line) and the field."""
+
+
+CaptionRecord = namedtuple("CaptionRecord", "image caption frcnn line")
+CaptionRecord.__doc__ = """One line of the caption index: ``image`` and ``frcnn`` are paths ready to
+read (joined to ``DATASET_PATH``, zip paths resolved), ``caption`` the list of caption tokens
+(str), ``line`` the 1-based line number in the index file."""
+
+Detections = namedtuple("Detections", "boxes cls_scores features width height")
+Detections.__doc__ = """Decoded detector file, regions sorted by their highest class score, best
+first: ``boxes`` float32 ``(N, 4)`` ``x1, y1, x2, y2`` in pixels of the original image;
+``cls_scores`` float32 ``(N, C)`` class distribution (C = 1601, column 0 background);
+``features`` float32 ``(N, D)`` (D = 2048) or None when not asked for; ``width``, ``height``
+(int) the image size the boxes refer to."""
+
+
+def local_path(data_path, path, zip_mode):
+    """Where to read ``path`` of the index: joined to ``data_path``; without ``zip_mode`` an
+    ``archive.zip@/inner`` (or sharded ``archive.N.zip@/inner``) path becomes ``archive/inner``."""
+    if not zip_mode:
+        path = _ZIP_IN_PATH.sub("/", path)
+    return os.path.join(data_path, path)
+
+
+def read_caption_index(ann_file, data_path, zip_mode=False):
+    """Records of a caption index file (JSON lines).
+
+    Args:
+        ann_file (str): path of the index (``{DATASET_PATH}/train_frcnn.json``).
+        data_path (str): ``DATASET.DATASET_PATH``; ``image`` and ``frcnn`` are relative to it.
+        zip_mode (bool): ``DATASET.ZIP_MODE``; see ``local_path``.
+    Returns:
+        list of ``CaptionRecord``, in file order (blank lines skipped).
+    Raises:
+        FileNotFoundError: no index file (names it and the document explaining the layout).
+        CaptionDataError: a line that is not a JSON object, lacks ``image``, ``caption`` or
+            ``frcnn``, or has a field of the wrong type (names file, line and field).
+    """
+    if not os.path.isfile(ann_file):
+        raise FileNotFoundError("Conceptual Captions index '{}' not found (DATASET.DATASET_PATH / "
+                                "{{IMAGE_SET}}_frcnn.json); see {}".format(ann_file, PREPARE_DOC))
+    records = []
+    with open(ann_file, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = "{} line {}".format(ann_file, line_no)
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CaptionDataError("{}: not valid JSON ({})".format(where, e)) from None
+            if not isinstance(item, dict):
+                raise CaptionDataError("{}: expected a JSON object, got {}".format(where, type(item).__name__))
+            missing = [k for k in ("image", "caption", "frcnn") if k not in item]
+            if missing:
+                raise CaptionDataError("{}: missing field(s) {}".format(where, ", ".join(missing)))
+            for key in ("image", "frcnn"):
+                if not isinstance(item[key], str) or not item[key]:
+                    raise CaptionDataError("{}: '{}' must be a path (non-empty string), got {!r}".format(
+                        where, key, item[key]))
+            caption = item["caption"]
+            if not (isinstance(caption, list) and all(isinstance(t, str) for t in caption)):
+                raise CaptionDataError("{}: 'caption' must be a list of token strings, got {!r}".format(where, caption))
+            records.append(CaptionRecord(local_path(data_path, item["image"], zip_mode), caption,
+                                         local_path(data_path, item["frcnn"], zip_mode), line_no))
+    return records
+
+
+def decode_floats(text, rows, where):
+    """``rows`` rows of float32 from a base64 string (the raw C-order array bytes).
+
+    Args:
+        text (str): base64 text (line breaks allowed).
+        rows (int): number of rows (``num_boxes``).
+        where (str): file and field, for errors.
+    Returns:
+        float32 tensor ``(rows, size / rows)`` (a copy, writable).
+    Raises:
+        CaptionDataError: not base64, or a byte count that is not ``rows`` whole float32 rows.
+    """
+    if not isinstance(text, str):
+        raise CaptionDataError("{}: expected a base64 string, got {}".format(where, type(text).__name__))
+    try:
+        data = base64.b64decode(text)
+    except (binascii.Error, ValueError) as e:
+        raise CaptionDataError("{}: not valid base64 ({})".format(where, e)) from None
+    if len(data) % (4 * rows):
+        raise CaptionDataError("{}: {} bytes are not {} rows of float32".format(where, len(data), rows))
+    return torch.from_numpy(np.frombuffer(data, dtype=np.float32).reshape(rows, -1).copy())
+
+
+def load_detections(path, with_features=False):
+    """Read a detector file (plain or ``archive.zip@/inner``).
+
+    Args:
+        path (str): the file (``CaptionRecord.frcnn``).
+        with_features (bool): also decode ``features`` (``NETWORK.IMAGE_FEAT_PRECOMPUTED``).
+    Returns:
+        ``Detections``, regions sorted by their highest class score, best first (stable for
+        ties), as the reference orders them before keeping the first ``SEQ_LEN``.
+    Raises:
+        FileNotFoundError: the file is missing.
+        CaptionDataError: invalid JSON, a missing field, ``num_boxes < 1``, a field that does not
+            decode to ``num_boxes`` rows, boxes without 4 columns (names the file and field).
+    """
+    meta = load_json(path)
+    needed = ["num_boxes", "image_w", "image_h", "boxes", "classes"] + (["features"] if with_features else [])
+    missing = [k for k in needed if k not in meta]
+    if missing:
+        raise CaptionDataError("detector file '{}': missing field(s) {}{}".format(
+            path, ", ".join(missing), " (the precomputed-feature configs need 'features')"
+            if missing == ["features"] else ""))
+    rows = meta["num_boxes"]
+    if not isinstance(rows, int) or rows < 1:
+        raise CaptionDataError("detector file '{}': 'num_boxes' must be an int >= 1, got {!r}".format(path, rows))
+
+    def field(key):
+        return decode_floats(meta[key], rows, "detector file '{}' field '{}'".format(path, key))
+
+    boxes, scores = field("boxes"), field("classes")
+    if boxes.shape[1] != 4:
+        raise CaptionDataError("detector file '{}': 'boxes' has {} numbers per box, expected 4 (x1, y1, x2, y2)"
+                               .format(path, boxes.shape[1]))
+    order = torch.sort(scores.max(dim=1).values, descending=True, stable=True).indices
+    features = field("features")[order] if with_features else None
+    return Detections(boxes[order], scores[order], features, int(meta["image_w"]), int(meta["image_h"]))

@@ -1,0 +1,140 @@
+"""Region features for your own images and boxes, in the reference's per-image JSON format or as TSV.
+
+    python scripts/extract_features.py --boxes boxes.json --image-root data/my_images --out data/my_features \
+        [--format json|tsv] [--cfg cfgs/vqa/base_4x16G_fp32.yaml] [--weights resnet101-pt-vgbua-0000.model] \
+        [--device cuda] [--opts KEY VALUE ...]
+
+``boxes.json`` lists the images and their boxes (pixels of the image file, ``x1, y1, x2, y2``;
+further numbers on a row, such as a score, are ignored)::
+
+    [{"image_id": 9, "image": "COCO_val2014_000000000009.jpg", "boxes": [[10, 20, 200, 150], ...]}, ...]
+
+Features come from the model's own image path (``common.fast_rcnn.FastRCNN`` as the end-to-end
+model runs it: the config's SCALES resize and pixel normalisation, ResNet res2-res4, RoI Align, res5,
+average pool), so they are the ``obj_reps_raw`` an end-to-end model with the same weights computes.
+The ResNet comes from the config (``NETWORK.IMAGE_NUM_LAYERS``, ``IMAGE_STRIDE_IN_1x1``,
+``IMAGE_C5_DILATED``) and its weights from ``--weights FILE`` (a whole-ResNet state dict such as the
+reference's ``resnet101-pt-vgbua-0000.model``) or ``NETWORK.IMAGE_PRETRAINED`` /
+``IMAGE_PRETRAINED_EPOCH``. The whole image is encoded as one more box (``image_box_feature`` in
+the JSON files; the TSV format has no field for it).
+
+Output: ``--format json`` writes ``<out>/<image_id>.json``; ``--format tsv`` writes the file ``<out>``.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from common.cli import run_main  # noqa: E402
+from common.data.loading import load_image, load_json  # noqa: E402
+from common.data.region_features import (RegionFeatures, feature_json_path, write_feature_json,  # noqa: E402
+                                         write_tsv)
+from common.data.transforms import build_transforms  # noqa: E402
+from common.errors import UserInputError  # noqa: E402
+from common.fast_rcnn import FastRCNN  # noqa: E402
+from vqa.function.config import load_config  # noqa: E402
+
+DEFAULT_CFG = os.path.join(ROOT, "cfgs", "vqa", "base_4x16G_fp32.yaml")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser("Extract region features with the project's ResNet")
+    parser.add_argument("--boxes", required=True, help="JSON list of {image_id, image, boxes}")
+    parser.add_argument("--image-root", default="", help="folder the 'image' paths are relative to")
+    parser.add_argument("--out", required=True, help="output folder (json) or file (tsv)")
+    parser.add_argument("--format", choices=("json", "tsv"), default="json", help="output format")
+    parser.add_argument("--cfg", default=DEFAULT_CFG, help="config giving the ResNet, SCALES and PIXEL_MEANS/STDS")
+    parser.add_argument("--weights", help="ResNet state dict file (instead of NETWORK.IMAGE_PRETRAINED)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
+    parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides as KEY VALUE pairs")
+    return parser.parse_args(argv)
+
+
+def read_box_list(path):
+    """The entries of a boxes file, each with a float32 ``[N, 4]`` tensor under ``boxes``.
+
+    Raises:
+        UserInputError: not a list of ``{image_id, image, boxes}``, or a box row with fewer than 4
+            numbers (names the file and the entry).
+    """
+    entries = load_json(path)
+    if not isinstance(entries, list):
+        raise UserInputError("{}: expected a JSON list of {{\"image_id\", \"image\", \"boxes\"}}".format(path))
+    out = []
+    for i, e in enumerate(entries):
+        if not (isinstance(e, dict) and {"image_id", "image", "boxes"} <= e.keys()):
+            raise UserInputError("{}: entry {} needs 'image_id', 'image' and 'boxes'".format(path, i))
+        rows = e["boxes"]
+        if not (isinstance(rows, list) and all(isinstance(r, list) and len(r) >= 4 for r in rows)):
+            raise UserInputError("{}: image_id {}: 'boxes' must be a list of [x1, y1, x2, y2] rows".format(
+                path, e["image_id"]))
+        try:
+            boxes = torch.tensor([r[:4] for r in rows], dtype=torch.float32).reshape(-1, 4)
+        except (TypeError, ValueError):
+            raise UserInputError("{}: image_id {}: box coordinates must be numbers".format(
+                path, e["image_id"])) from None
+        out.append(dict(e, boxes=boxes))
+    return out
+
+
+def build_extractor(args):
+    """``(FastRCNN in eval mode on args.device, test transform)`` from the config and weights."""
+    opts = list(args.opts) + ["NETWORK.IMAGE_FEAT_PRECOMPUTED", "false", "NETWORK.IMAGE_SEMANTIC", "false"]
+    if args.weights:
+        opts += ["NETWORK.IMAGE_PRETRAINED", ""]
+    cfg = load_config(args.cfg, opts)
+    model = FastRCNN(cfg)
+    if args.weights:
+        if not os.path.isfile(args.weights):
+            raise FileNotFoundError("--weights: '{}' does not exist".format(args.weights))
+        model.pretrained_path = args.weights
+    try:
+        model.init_weight()
+    except (ValueError, RuntimeError) as e:  # a file of another network or another ResNet depth
+        raise UserInputError("ResNet weights '{}': {}".format(model.pretrained_path, e)) from None
+    return model.eval().to(args.device), build_transforms(cfg, "test")
+
+
+@torch.no_grad()
+def extract(model, transform, image, boxes, device):
+    """Features of ``boxes`` (float32 ``[N, 4]``, pixels of ``image``) and of the whole image.
+
+    Returns:
+        (float32 ``[N, C]``, float32 ``[C]``) numpy arrays, C = the ResNet's res5 width.
+    """
+    w, h = image.size
+    all_boxes = torch.cat((torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0]]), boxes))
+    sample = transform({"image": image, "boxes": all_boxes, "im_info": torch.tensor([w, h, 1.0, 1.0, 0.0])})
+    feats = model(sample["image"][None].to(device), sample["boxes"][None].to(device),
+                  torch.ones(1, len(all_boxes), dtype=torch.bool, device=device),
+                  sample["im_info"][None].to(device))["obj_reps_raw"][0].float().cpu().numpy()
+    return feats[1:], feats[0]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    entries = read_box_list(args.boxes)
+    model, transform = build_extractor(args)
+
+    def regions():
+        for e in entries:
+            image = load_image(os.path.join(args.image_root, e["image"]))
+            features, image_box_feature = extract(model, transform, image, e["boxes"], args.device)
+            yield RegionFeatures(image_id=e["image_id"], image_w=image.size[0], image_h=image.size[1],
+                                 boxes=e["boxes"].numpy(), features=features, image_box_feature=image_box_feature)
+
+    if args.format == "tsv":
+        write_tsv(args.out, regions())
+    else:
+        os.makedirs(args.out, exist_ok=True)
+        for r in regions():
+            write_feature_json(feature_json_path(args.out, r.image_id), r)
+    print("{}: features of {} images ({} format)".format(args.out, len(entries), args.format))
+
+
+if __name__ == "__main__":
+    run_main(main)
