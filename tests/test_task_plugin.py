@@ -7,7 +7,6 @@ engine (the script -> common.engine.train_main -> Trainer), resumes, and writes 
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
