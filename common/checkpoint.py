@@ -10,7 +10,7 @@ Each file is a dict. The reference's keys come first: ``state_dict`` (model, fp3
 ``module.`` prefix), ``optimizer``, ``validation_monitor``; ours follow: ``amp`` (loss scaler),
 ``lr_scheduler``, ``rng`` (one entry per rank), ``train_state`` (epoch, batches done in the
 epoch, optimizer steps) and ``config`` (YAML text). Everything is plain tensors and builtins,
-so ``torch.load(..., weights_only=True)`` reads it without running code from the file.
+so the weights-only reader of :mod:`common.safe_load` reads it without running code from the file.
 
 The checkpointer layout follows maskrcnn-benchmark ``utils/checkpoint.py``; the temporary
 file + ``os.replace`` write follows timm ``utils/checkpoint_saver.py``.
@@ -29,6 +29,7 @@ import torch
 import yaml
 
 from common import distributed as cdist
+from common.safe_load import UnreadableFileError, load_tensors
 from common.train_state import check_train_state, new_train_state
 
 logger = logging.getLogger("vlbert.checkpoint")  # a child of the training logger (common.cli)
@@ -225,20 +226,17 @@ def prune_step_checkpoints(prefix, keep):
 # Loading
 # --------------------------------------------------------------------------------------------- #
 def load_checkpoint_file(path):
-    """Read a checkpoint dict on the CPU with ``weights_only=True``.
+    """Read a checkpoint dict on the CPU through :func:`common.safe_load.load_tensors` (nothing in it runs).
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        CheckpointError: the file cannot be unpickled safely, or is not a dict with ``state_dict``.
+        CheckpointError: the file is unreadable, asks to run code, or is not a dict with ``state_dict``.
     """
-    if not os.path.isfile(path):
-        raise FileNotFoundError("checkpoint {} does not exist".format(path))
     try:
         # MultiStepLR keeps its milestones in a Counter; allow that harmless container.
-        with torch.serialization.safe_globals([collections.Counter]):
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise CheckpointError("{} is not a readable checkpoint ({}: {})".format(path, type(e).__name__, e)) from e
+        ckpt = load_tensors(path, "checkpoint", allowed_globals=[collections.Counter])
+    except UnreadableFileError as e:
+        raise CheckpointError(str(e)) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         what = "keys {}".format(sorted(ckpt)[:10]) if isinstance(ckpt, dict) else type(ckpt).__name__
         raise CheckpointError("{} is not a checkpoint: expected a dict with a 'state_dict' entry, found {}"

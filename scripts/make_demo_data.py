@@ -79,9 +79,13 @@ def shape_polygon(kind, cx, cy, h=HALF):
             [cx - h, cy - t], [cx - t, cy - t]]
 
 
-def make_scene(rng):
+def make_scene(rng, colors=None):
     """Four objects: a permutation of the colours, of the shapes, of the columns and of the rows.
 
+    Args:
+        rng: ``numpy.random.RandomState``.
+        colors: colour name of each object (4 names of ``COLORS``, repeats allowed); None draws a
+            permutation of the four colours (the VCR demo's scenes).
     Returns:
         (image, objects): ``PIL.Image`` RGB and a list of dicts with color, shape, cx, cy, box,
         polygon; the list order is random and is the object index order of the annotations.
@@ -91,7 +95,8 @@ def make_scene(rng):
     canvas = np.clip(base + noise + rng.randint(-10, 11, size=3), 0, 255).astype(np.uint8)
     image = Image.fromarray(canvas)
     draw = ImageDraw.Draw(image)
-    colors, shapes = rng.permutation(list(COLORS)), rng.permutation(SHAPES)
+    colors = rng.permutation(list(COLORS)) if colors is None else colors
+    shapes = rng.permutation(SHAPES)
     cols, rows = rng.permutation(4), rng.permutation(4)
     objects = []
     for k in range(4):

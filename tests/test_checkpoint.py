@@ -166,7 +166,7 @@ def test_not_a_checkpoint_names_file(tmp_path):
         ck.load_checkpoint_file(str(weights))
     evil = tmp_path / "evil.model"
     torch.save({"state_dict": {}, "x": Evil()}, str(evil))
-    with pytest.raises(ck.CheckpointError, match="evil.model is not a readable checkpoint"):
+    with pytest.raises(ck.CheckpointError, match=r"evil.model was refused \(checkpoint\): it asks to call posix.system"):
         ck.load_checkpoint_file(str(evil))
     with pytest.raises(FileNotFoundError, match="absent.model"):
         ck.load_checkpoint_file(str(tmp_path / "absent.model"))

@@ -16,6 +16,7 @@ from torch import nn
 from torchvision.ops import roi_align
 
 from common.modeling.backbone import build_resnet, freeze_stages, load_resnet_weights, resnet_channels
+from common.safe_load import load_tensors
 
 __all__ = ["FastRCNN", "coordinate_embeddings", "clip_boxes"]
 
@@ -142,6 +143,7 @@ class FastRCNN(nn.Module):
         construction, like the reference's ``init_weight``. No-op with precomputed features.
 
         Raises:
+            common.safe_load.UnreadableFileError: unreadable, or asks to run code (refused, not run).
             ValueError: the file lacks weights of this ResNet (message names the file and keys).
             RuntimeError: a tensor shape differs (wrong ``IMAGE_NUM_LAYERS``).
         """
@@ -151,7 +153,7 @@ class FastRCNN(nn.Module):
             warnings.warn("NETWORK.IMAGE_PRETRAINED is empty: the ResNet image backbone keeps its random "
                           "initialisation", stacklevel=2)
             return
-        state_dict = torch.load(self.pretrained_path, map_location="cpu")
+        state_dict = load_tensors(self.pretrained_path, "NETWORK.IMAGE_PRETRAINED weights")
         if not isinstance(state_dict, dict):
             raise ValueError(f"{self.pretrained_path}: expected a ResNet state dict (name -> tensor), "
                              f"got {type(state_dict).__name__}")

@@ -1,7 +1,7 @@
 """RefCOCO+ config (reference ``refcoco/function/config.py``).
 
-Only the config lives here so that the reference's RefCOCO+ paper YAML files load and can be
-checked; the RefCOCO+ task itself (data, model head, scripts) is not part of this release.
+The data set (``refcoco.data``), the model (``refcoco.modules``) and the metric (``refcoco.metrics``)
+read these keys; the training, validation and test entry points are not wired yet.
 """
 from common.config import common_defaults, task_api
 from vqa.function.config import add_answer_vocab_keys

@@ -15,9 +15,9 @@ import os
 import re
 import warnings
 
-import torch
 
 from common.errors import UserInputError
+from common.safe_load import load_tensors
 
 logger = logging.getLogger(__name__)
 
@@ -104,16 +104,10 @@ def read_bert_weights(path):
     Returns:
         dict canonical key -> tensor (on CPU, dtype as stored).
     Raises:
-        ValueError: the file cannot be read, or holds no BERT encoder keys (the message names the file).
+        ValueError: the file cannot be read or asks to run code (``UnreadableFileError``, nothing is run), or
+            holds no BERT encoder keys (the message names the file).
     """
-    try:
-        if path.endswith('.safetensors'):
-            from safetensors.torch import load_file
-            raw = load_file(path)
-        else:
-            raw = torch.load(path, map_location='cpu', weights_only=True)
-    except Exception as e:  # any reader failure is a bad file for the user
-        raise UserInputError("cannot read BERT weights '{}': {}".format(path, e)) from e
+    raw = load_tensors(path, 'BERT weights')
     if not isinstance(raw, dict):
         raise UserInputError("BERT weights '{}' hold a {}, expected a state dict".format(path, type(raw).__name__))
     weights = {canonical_key(k): v for k, v in raw.items() if canonical_key(k) not in _IGNORED_KEYS}

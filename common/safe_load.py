@@ -1,0 +1,136 @@
+"""The one place where the product reads serialized files: nothing in a loaded file ever runs.
+
+Every pickle-based file goes through here (a test fails on any ``torch.load`` / ``pickle.load``
+elsewhere in the product):
+
+* :func:`load_tensors` -- checkpoints, ResNet weights, BERT ``.bin``/``.safetensors``: torch's
+  weights-only unpickler (``weights_only=True`` passed explicitly, which
+  ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` cannot override) or the safetensors reader.
+* :func:`load_pickle` -- plain pickles such as RefCOCO's ``refs(unc).p``: an unpickler that builds
+  only containers, strings, numbers, booleans and None, and refuses every other global.
+
+A refused or unreadable file raises :class:`UnreadableFileError`, whose one-line message names
+the file and, for a refused file, the callable it asked for (which was not called).
+"""
+import contextlib
+import os
+import pickle
+import re
+
+import torch
+
+from common.errors import UserInputError
+
+# Globals a plain pickle may name: containers, numbers and bytes, also in Python 2 spelling.
+# Calling any of them with data from the file builds a value and runs nothing else.
+_PLAIN_GLOBALS = {
+    (module, name) for module in ("builtins", "__builtin__")
+    for name in ("set", "frozenset", "bytearray", "complex")
+} | {("collections", "OrderedDict"), ("_codecs", "encode")}
+_GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([\w.]+)")
+
+
+class UnreadableFileError(UserInputError):
+    """A file that cannot be read as what it should be, or that asks to run code (refused)."""
+
+
+def _refused(path, what, name):
+    return UnreadableFileError(
+        "{} was refused ({}): it asks to call {}, and only tensors and plain values (containers, strings, "
+        "numbers) are loaded; nothing from the file was run. Use files from a trusted source."
+        .format(path, what, name))
+
+
+def _reason(error):
+    """torch's multi-paragraph weights-only message cut to the line that says what was wrong."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(("Weights only load failed", "Check the documentation",
+                                                             "Please file an issue"))]
+    return (useful or lines or [type(error).__name__])[0]
+
+
+@contextlib.contextmanager
+def _allowed(globals_):
+    """Let the weights-only unpickler build these extra (harmless) classes while inside."""
+    serialization = torch.serialization
+    if not globals_ or not hasattr(serialization, "safe_globals"):  # torch < 2.5 has no allowlist context
+        yield
+        return
+    with serialization.safe_globals(list(globals_)):
+        yield
+
+
+def load_tensors(path, what="weights file", allowed_globals=()):
+    """Read a torch file (zip or legacy format) or a ``.safetensors`` file on the CPU, safely.
+
+    Args:
+        path: file path.
+        what: what the file is, for messages (e.g. ``"checkpoint"``, ``"NETWORK.IMAGE_PRETRAINED weights"``).
+        allowed_globals: extra classes the file may hold (e.g. ``collections.Counter`` of an LR
+            scheduler's state); tensors, dicts, lists, tuples, strings and numbers are always allowed.
+    Returns:
+        The stored object (tensors on the CPU).
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        UnreadableFileError: truncated / not a torch file, or it names any other callable (refused,
+            not called); the message names ``path``.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError("{} {} does not exist".format(what, path))
+    try:
+        if str(path).endswith(".safetensors"):
+            from safetensors.torch import load_file  # a format without code: nothing to restrict
+            return load_file(path, device="cpu")
+        with _allowed(allowed_globals):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        refused = _GLOBAL_IN_MESSAGE.search(str(e))
+        if refused:
+            raise _refused(path, what, refused.group(1)) from None
+        raise UnreadableFileError("{} is not a readable {} ({})".format(path, what, _reason(e))) from None
+    except Exception as e:  # truncated zip, wrong magic number, ...: all mean a bad file
+        raise UnreadableFileError("{} is not a readable {} ({}: {})".format(
+            path, what, type(e).__name__, _reason(e))) from None
+
+
+class _Refused(pickle.UnpicklingError):
+    """A global outside :data:`_PLAIN_GLOBALS`; its message is the refused name."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickler that resolves only :data:`_PLAIN_GLOBALS`; the refused name is kept for the message."""
+
+    def find_class(self, module, name):
+        if (module, name) in _PLAIN_GLOBALS:
+            return super().find_class(module, name)
+        raise _Refused("{}.{}".format(module, name))
+
+    def persistent_load(self, pid):
+        raise _Refused("a persistent object ({!r})".format(pid))
+
+
+def load_pickle(path, what="pickle file", encoding="utf-8"):
+    """Read a plain Python pickle (any protocol, Python 2 ones too) holding only plain values.
+
+    Args:
+        path: file path.
+        what: what the file is, for messages (e.g. ``"RefCOCO refs file"``).
+        encoding: how Python 2 ``str`` objects are decoded (``"bytes"`` keeps them as bytes).
+    Returns:
+        The stored value: dicts (also ``OrderedDict``), lists, tuples, sets, strings, bytes,
+        numbers, booleans, None.
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        UnreadableFileError: not a pickle, truncated, or it names any other callable (refused,
+            not called); the message names ``path``.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError("{} {} does not exist".format(what, path))
+    try:
+        with open(path, "rb") as f:
+            return _PlainUnpickler(f, encoding=encoding).load()
+    except _Refused as e:
+        raise _refused(path, what, e) from None
+    except Exception as e:  # EOFError, UnpicklingError, UnicodeDecodeError, ...
+        raise UnreadableFileError("{} is not a readable {} ({}: {})".format(
+            path, what, type(e).__name__, e)) from None

@@ -1,0 +1,235 @@
+"""RefCOCO+ (Yu et al., ECCV 2016) referring expressions as VL-BERT items: which box does the text describe?
+
+One item per expression (a ref has one or more). The candidates are boxes of the image (``*_BOXES``):
+``gt`` the image's annotated objects, ``proposal`` detections (``PROPOSAL_SOURCE`` ``official``: MAttNet,
+``vg``: the VQA precomputed boxes), ``proposal+gt`` (or ``gt+proposal``) both, detections first. A
+candidate is a positive when its IoU with the referred box exceeds 0.5 (``refcoco.metrics``). Files and
+layout: ``data/PREPARE_DATA.md``.
+"""
+import os
+
+import torch
+from torch.utils.data import Dataset
+
+from common.data.loading import load_image
+from common.data.samplers import resolve_key
+from common.data.tokenizer import build_tokenizer
+from common.data.transforms import clip_boxes_
+
+from ..metrics import positive_labels
+from .proposals import MATTNET_DETECTIONS, VG_BOXES_FOLDER, VGBoxes, load_mattnet_detections
+from .refer import INSTANCES_FILE, PREPARE_DOC, REFS_FILE, RefCOCODataError, Refer, xywh_to_xyxy
+
+BOXES = ("gt", "proposal", "proposal+gt", "gt+proposal")
+PROPOSAL_SOURCES = ("official", "vg")
+DATASET_NAME = "refcoco+"
+SPLIT_BY = "unc"
+# Every RefCOCO+ image is a COCO train2014 image.
+COCO_IMAGE_SET = "train2014"
+
+
+def coco_image_path(data_path, image_id, zip_mode=False):
+    """``{data_path}/train2014/COCO_train2014_{image_id:012d}.jpg``, or inside ``train2014.zip`` (which holds
+    the folder ``train2014/``) in zip mode."""
+    name = "COCO_{}_{:012d}.jpg".format(COCO_IMAGE_SET, image_id)
+    folder = COCO_IMAGE_SET + ".zip@/" + COCO_IMAGE_SET if zip_mode else COCO_IMAGE_SET
+    return os.path.join(data_path, folder, name)
+
+
+def missing_data_paths(data_path, boxes, proposal_source, zip_mode):
+    """Paths the data set needs that do not exist (empty when all are there).
+
+    Args:
+        data_path: ``DATASET.DATASET_PATH``.
+        boxes: the ``*_BOXES`` values in use; ``proposal_source``: ``DATASET.PROPOSAL_SOURCE``.
+        zip_mode: images in ``train2014.zip``.
+    """
+    if not os.path.isdir(data_path):
+        return ["DATASET.DATASET_PATH '{}' (folder)".format(data_path)]
+    folder = os.path.join(data_path, DATASET_NAME)
+    images = os.path.join(data_path, COCO_IMAGE_SET + (".zip" if zip_mode else ""))
+    # (what to name in the message, paths of which one must exist)
+    needed = [(p, [p]) for p in (os.path.join(folder, REFS_FILE.format(SPLIT_BY)), os.path.join(folder, INSTANCES_FILE),
+                                 images)]
+    if any("proposal" in b for b in boxes):
+        if proposal_source == "official":
+            detections = os.path.join(data_path, MATTNET_DETECTIONS)
+            needed.append((detections, [detections]))
+        else:
+            vg = os.path.join(data_path, VG_BOXES_FOLDER)
+            needed.append((vg + " (or .zip)", [vg, vg + ".zip"]))
+    return [name for name, paths in needed if not any(os.path.exists(p) for p in paths)]
+
+
+class RefCOCO(Dataset):
+    """RefCOCO+ items in the order of ``data_names``.
+
+    Args:
+        image_set: split name (``train``, ``val``, ``testA``, ``testB``, ``test`` = both test splits), or
+            several joined with ``+``.
+        data_path: ``DATASET.DATASET_PATH``: ``refcoco+/``, ``train2014/`` (or ``train2014.zip``) and the
+            proposal files (see ``data/PREPARE_DATA.md``).
+        tokenizer: ``BertTokenizer`` (``common.data.tokenizer.build_tokenizer``).
+        boxes: one of :data:`BOXES`.
+        proposal_source: one of :data:`PROPOSAL_SOURCES` (used with proposals).
+        transform: callable on a sample dict (``common.data.transforms``) or None.
+        test_mode: no ``label`` field (the referred boxes stay known: RefCOCO+ test labels are public).
+        zip_mode: read images from ``train2014.zip``.
+        add_image_as_a_box: candidate 0 is the whole image ``[0, 0, w - 1, h - 1]``.
+
+    Items: ``image`` float ``(3, H, W)`` (a ``PIL.Image`` without transform); ``boxes`` float ``(K, 4)``
+    ``x1, y1, x2, y2`` in pixels of the transformed image, clipped to it; ``im_info`` float ``(5,)`` =
+    ``width, height, scale_x, scale_y, index``; ``expression`` int64 ``(L,)`` word-piece ids (no
+    ``[CLS]``/``[SEP]``); ``label`` float ``(K,)`` 1.0 for candidates with IoU > 0.5 with the referred box
+    (computed after the transform, as the reference does). A horizontal flip also swaps "left" and
+    "right" in the expression (``common.data.transforms``).
+
+    ``dataset[key]`` takes an int or a ``common.data.samplers.SampleKey``; with a key, random transforms
+    draw from ``key.generator()``.
+
+    Differences from the reference: the ``gt`` candidates and the image sizes come from
+    ``refcoco+/instances.json`` (the reference reads them from COCO's ``instances_train2014.json``, which
+    holds the same objects for these images); an image without detections has no proposals (the
+    reference stops with a KeyError); no database cache files are written.
+
+    Raises:
+        FileNotFoundError, RefCOCODataError, common.safe_load.UnreadableFileError: missing or bad data,
+            naming the file (see :class:`refcoco.data.refer.Refer`); ValueError: bad arguments.
+    """
+
+    def __init__(self, image_set, data_path, tokenizer, boxes="gt", proposal_source="official", transform=None,
+                 test_mode=False, zip_mode=False, add_image_as_a_box=False):
+        if boxes not in BOXES:
+            raise ValueError("DATASET.*_BOXES must be one of {}, got {!r}".format(", ".join(BOXES), boxes))
+        if proposal_source not in PROPOSAL_SOURCES:
+            raise ValueError("DATASET.PROPOSAL_SOURCE must be one of {}, got {!r}".format(
+                ", ".join(PROPOSAL_SOURCES), proposal_source))
+        self.data_path = data_path
+        self.tokenizer = tokenizer
+        self.boxes = boxes
+        self.proposal_source = proposal_source
+        self.transform = transform
+        self.test_mode = test_mode
+        self.zip_mode = zip_mode
+        self.add_image_as_a_box = add_image_as_a_box
+        self.image_sets = [s.strip() for s in image_set.split("+")]
+        self.refer = Refer(data_path, DATASET_NAME, SPLIT_BY)
+        self.proposals = self.vg_boxes = None
+        if "proposal" in boxes:
+            if proposal_source == "official":
+                self.proposal_file = os.path.join(data_path, MATTNET_DETECTIONS)
+                self.proposals = load_mattnet_detections(self.proposal_file)
+            else:
+                self.vg_boxes = VGBoxes(data_path)
+        self.items = self._load_items()
+        self.referred_boxes = xywh_to_xyxy([self.refer.annotations[item["ann_id"]]["bbox"] for item in self.items])
+
+    @classmethod
+    def from_config(cls, cfg, mode, transform=None):
+        """Dataset of split ``mode`` ('train' / 'val' / 'test') from the reference's config keys
+        (``DATASET.{MODE}_IMAGE_SET``, ``{MODE}_BOXES``, ``PROPOSAL_SOURCE``, ``DATASET_PATH``, ``ZIP_MODE``,
+        ``ADD_IMAGE_AS_A_BOX``, ``NETWORK.BERT_MODEL_NAME``); ``test`` has no labels.
+
+        Raises:
+            FileNotFoundError: one message listing every missing data path and pointing to the data guide.
+            ValueError: ``DATASET.CACHE_MODE`` is set (the reference does not support it either).
+        """
+        d = cfg.DATASET
+        if d.CACHE_MODE:
+            raise ValueError("DATASET.CACHE_MODE is not supported (the reference does not implement it either)")
+        boxes = d["{}_BOXES".format(mode.upper())]
+        missing = missing_data_paths(d.DATASET_PATH, [boxes], d.PROPOSAL_SOURCE, d.ZIP_MODE)
+        if missing:
+            raise FileNotFoundError("RefCOCO+ data not found: missing {}. See {} for how to get and lay out "
+                                    "RefCOCO+.".format(", ".join(missing), PREPARE_DOC))
+        return cls(d["{}_IMAGE_SET".format(mode.upper())], d.DATASET_PATH, build_tokenizer(cfg.NETWORK.BERT_MODEL_NAME),
+                   boxes=boxes, proposal_source=d.PROPOSAL_SOURCE, transform=transform, test_mode=mode == "test",
+                   zip_mode=d.ZIP_MODE, add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX)
+
+    def _load_items(self):
+        items = []
+        for split in self.image_sets:
+            for ref_id in self.refer.ref_ids(split):
+                ref = self.refer.refs[ref_id]
+                image = self.refer.images[ref["image_id"]]
+                for sentence in ref["sentences"]:
+                    items.append({
+                        "sent_id": sentence["sent_id"], "ref_id": ref_id, "ann_id": ref["ann_id"],
+                        "image_id": ref["image_id"], "category_id": ref.get("category_id"),
+                        "image_fn": coco_image_path(self.data_path, ref["image_id"], self.zip_mode),
+                        "width": image["width"], "height": image["height"], "tokens": sentence["tokens"],
+                    })
+        return items
+
+    # ------------------------------------------------------------------ public helpers
+    def __len__(self):
+        return len(self.items)
+
+    @property
+    def data_names(self):
+        """Names of the item's fields, in order (the reference's order)."""
+        names = ["image", "boxes", "im_info", "expression"]
+        return names if self.test_mode else names + ["label"]
+
+    @property
+    def group_ids(self):
+        """Aspect-ratio group per item: 0 when width >= height, else 1 (``TRAIN.ASPECT_GROUPING``)."""
+        return [0 if item["width"] >= item["height"] else 1 for item in self.items]
+
+    @property
+    def ref_ids(self):
+        """``ref_id`` of every item, in index order (for result files keyed by ref)."""
+        return [item["ref_id"] for item in self.items]
+
+    # ------------------------------------------------------------------ item
+    def _proposals(self, image_id):
+        if self.proposals is not None:
+            return self.proposals.get(image_id, torch.zeros(0, 4))
+        return self.vg_boxes(image_id)
+
+    def candidate_boxes(self, index):
+        """``[K, 4]`` float32 candidate boxes of item ``index`` in original image pixels, before the image box
+        and the transform: detections first, then the annotated objects, as ``boxes`` selects."""
+        image_id = self.items[index]["image_id"]
+        parts = []
+        if "proposal" in self.boxes:
+            parts.append(self._proposals(image_id))
+        if "gt" in self.boxes:
+            parts.append(self.refer.image_boxes(image_id))
+        return torch.cat(parts).float()
+
+    def _image(self, item):
+        image = load_image(item["image_fn"])
+        if image.size != (item["width"], item["height"]):
+            raise RefCOCODataError("{}: the image is {}x{} pixels but {} says {}x{} (image_id {}); the boxes "
+                                   "would not match it".format(item["image_fn"], *image.size, self.refer.instances_file,
+                                                               item["width"], item["height"], item["image_id"]))
+        return image
+
+    def __getitem__(self, key):
+        index, generator = resolve_key(key)
+        item = self.items[index]
+        image = self._image(item)
+        w, h = image.size
+        boxes = self.candidate_boxes(index)
+        if self.add_image_as_a_box:
+            boxes = torch.cat([torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0]]), boxes])
+        if boxes.shape[0] == 0:
+            raise RefCOCODataError("image_id {} ({}) has no candidate box: no {} for it and "
+                                   "DATASET.ADD_IMAGE_AS_A_BOX is off".format(
+                                       item["image_id"], item["image_fn"], self.boxes))
+        # The referred box rides along as row 0 so that it is resized and flipped with the candidates.
+        boxes = torch.cat([self.referred_boxes[index][None], boxes])
+        sample = {"image": image, "boxes": boxes, "texts": [item["tokens"]], "generator": generator,
+                  "im_info": torch.tensor([w, h, 1.0, 1.0, index], dtype=torch.float32)}
+        if self.transform is not None:
+            sample = self.transform(sample)
+        im_info = sample["im_info"]
+        referred, boxes = clip_boxes_(sample["boxes"], im_info[0].item(), im_info[1].item()).split(
+            [1, boxes.shape[0] - 1])
+        pieces = self.tokenizer.tokenize(" ".join(sample["texts"][0]))
+        expression = torch.tensor(self.tokenizer.convert_tokens_to_ids(pieces), dtype=torch.int64)
+        out = {"image": sample["image"], "boxes": boxes, "im_info": im_info, "expression": expression}
+        if not self.test_mode:
+            out["label"] = positive_labels(boxes, referred[0])
+        return tuple(out[name] for name in self.data_names)

@@ -1,0 +1,6 @@
+"""RefCOCO+ models; ``MODELS.build(cfg)`` builds the class named by ``config.MODULE``."""
+from common.registry import Registry
+
+from .resnet_vlbert_for_refcoco import ResNetVLBERT
+
+MODELS = Registry('model of refcoco', [ResNetVLBERT])
