@@ -34,14 +34,14 @@ def build(impl):
     if impl == 'reference':
         return reference
     from types import SimpleNamespace
-    from common.nlp.modeling import BertEncoder
+    from common.modeling.nlp.modeling import BertEncoder
     ours = BertEncoder(SimpleNamespace(**BASE))
     ours.load_state_dict(reference.state_dict())
     return ours
 
 
 def batch(args, device):
-    from common.nlp.modeling import attention_bias
+    from common.modeling.nlp.modeling import attention_bias
     g = torch.Generator().manual_seed(1)
     hidden = torch.randn(args.batch, args.tokens, BASE['hidden_size'], generator=g)
     # Realistic padding: lengths spread between half and all of the tokens.

@@ -1,8 +1,9 @@
-"""Overhead of ``common.trainer.train`` over a bare hand-written loop doing the same work.
+"""Overhead of ``common.trainer.Trainer`` over a bare hand-written loop doing the same work.
 
 Both run the same model, data, precision (autocast + loss scaling), accumulation k and
-clipping; the bare loop uses ``torch.amp.GradScaler`` directly and no callbacks, metrics or
-writer. Runs alternate (bare, trainer, bare, ...) and the median time per optimizer step of
+clipping; the trainer gets its precision from ``amp.build_precision`` as the engine does and
+runs the LR and TensorBoard hooks (no writer: nothing written); the bare loop uses
+``torch.amp.GradScaler`` directly and no hooks, metrics or writer. Runs alternate (bare, trainer, bare, ...) and the median time per optimizer step of
 each is compared (and the ratio of the fastest runs, less sensitive to a busy machine).
 Prints both figures and the ratios per precision. Target: ratio < 1.03.
 
@@ -21,7 +22,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from common import amp  # noqa: E402
-from common.trainer import train  # noqa: E402
+from common.hooks.lr_scheduler import LRSchedulerHook  # noqa: E402
+from common.hooks.tensorboard import TensorBoardHook  # noqa: E402
+from common.trainer import Trainer  # noqa: E402
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -64,8 +67,10 @@ def bare_loop(model, optimizer, batches, k, dtype, clip):
 
 
 def trainer_loop(model, optimizer, batches, k, dtype, clip):
-    train(model, optimizer, None, batches, None, None, 0, 1, logging.getLogger("bench"),
-          fp16=dtype is not None, clip_grad_norm=clip, gradient_accumulate_steps=k)
+    autocast, scaler = amp.build_precision(dtype is not None, dtype or "float32", "cpu", loss_scale="dynamic",
+                                           min_loss_scale=128.)
+    Trainer(model, optimizer, batches, scaler=scaler, autocast=autocast, hooks=[LRSchedulerHook(), TensorBoardHook()],
+            grad_accumulate_steps=k, clip_grad_norm=clip, logger=logging.getLogger("bench")).train(0, 1)
 
 
 def setup(precision):
@@ -97,11 +102,8 @@ def main():
           .format(args.batch, args.seq, args.k, args.steps, args.threads))
     print("{:<6} {:>14} {:>14} {:>8} {:>10}".format("prec", "bare ms/step", "train ms/step", "ratio", "min ratio"))
     for precision in args.precision:
-        # Each side keeps its own model (amp.initialize patches forward and optimizer.step).
-        bare = setup(precision)
+        bare = setup(precision)  # each side trains its own model
         ours = setup(precision)
-        if ours[2] is not None:
-            amp.initialize(ours[0], ours[1], loss_scale="dynamic", min_loss_scale=128., dtype=ours[2])
         times = {"bare": [], "train": []}
         for rep in range(args.repeats + 1):  # the first round warms up
             for name, fn, (model, optimizer, dtype) in (("bare", bare_loop, bare), ("train", trainer_loop, ours)):

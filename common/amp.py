@@ -12,8 +12,15 @@ calls on native autocast::
 
 Everything is done by one :class:`LossScaler` (the idea of timm's ``NativeScaler``: one object
 that scales, runs backward, unscales once, clips, steps and updates, with its own state dict)
-built on ``torch.amp.GradScaler``; the module-level functions are a thin facade over the scaler
-attached to an optimizer. The shared trainer (``common/trainer.py``) talks to the scaler directly.
+built on ``torch.amp.GradScaler``.
+
+Two ways in:
+
+* the product: :func:`build_precision` gives the autocast context and the :class:`LossScaler`;
+  the engine passes both to :class:`common.trainer.Trainer`. Nothing is patched.
+* user code written for Apex: :func:`initialize`, :func:`scale_loss`, :func:`master_params`,
+  :func:`state_dict` (the facade at the end of this module) do what Apex did, patching the
+  model's forward and the optimizer's step as Apex did, over the same :class:`LossScaler`.
 
 Weights stay fp32 and are the master params; only the forward runs in fp16/bf16 (autocast),
 so Apex's O1/O2/O3 all mean "autocast with fp32 master weights" here and O0 means fp32.
@@ -226,6 +233,41 @@ class LossScaler:
                       int(state_dict["unskipped"]))
 
 
+def autocast_context(device_type: str, dtype: Union[str, torch.dtype]):
+    """Zero-argument callable returning the forward's context manager:
+    ``torch.autocast(device_type, dtype)``, or a no-op context for float32.
+
+    Raises:
+        ValueError: unknown dtype (see :func:`resolve_dtype`).
+    """
+    dtype = resolve_dtype(dtype)
+    if dtype == torch.float32:
+        return contextlib.nullcontext
+    return functools.partial(torch.autocast, device_type=device_type, dtype=dtype)
+
+
+def build_precision(enabled: bool, dtype: Union[str, torch.dtype], device_type: str,
+                    loss_scale: Union[str, float] = "dynamic", min_loss_scale: Optional[float] = None,
+                    max_loss_scale: float = 2. ** 24):
+    """The autocast context and the loss scaler of a run (TRAIN.FP16, FP16_DTYPE, FP16_LOSS_SCALE).
+
+    float16 scales the loss (``loss_scale``: 'dynamic' or a number); bfloat16 and float32 do not
+    (a step with inf/nan gradients is still skipped). ``enabled=False`` means float32.
+
+    Returns:
+        (autocast, scaler): see :func:`autocast_context` and :class:`LossScaler`.
+    Raises:
+        ValueError: unknown dtype or bad loss scale.
+    """
+    dtype = resolve_dtype(dtype) if enabled else torch.float32
+    scaler = LossScaler(loss_scale if dtype == torch.float16 else None, min_loss_scale=min_loss_scale,
+                        max_loss_scale=max_loss_scale, device=device_type)
+    return autocast_context(device_type, dtype), scaler
+
+
+# --------------------------------------------------------------------------------------------- #
+# Apex-style facade for user code
+# --------------------------------------------------------------------------------------------- #
 def _autocast_forward(module, *args, **kwargs):
     """Forward of a model passed through :func:`initialize`: the original forward under autocast.
 
@@ -275,21 +317,19 @@ def initialize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, opt_lev
         raise ValueError("amp opt_level must be one of O0, O1, O2, O3, got {!r}".format(opt_level))
     if optimizer in _SCALERS:
         raise ValueError("amp.initialize was already called for this optimizer")
-    dtype = resolve_dtype(dtype)
-    if opt_level == "O0" or not enabled:
-        dtype = torch.float32
+    enabled = enabled and opt_level != "O0"
+    dtype = resolve_dtype(dtype) if enabled else torch.float32
     param = next(model.parameters(), None)
     if param is None:
         raise ValueError("amp.initialize: the model has no parameters, so its device is unknown")
+    _, scaler = build_precision(enabled, dtype, param.device.type, loss_scale, min_loss_scale, max_loss_scale)
     if dtype != torch.float32:
         model._amp_device_type = param.device.type
         model._amp_dtype = dtype
         if not hasattr(model, "_amp_orig_forward"):  # a second initialize only changes the dtype
             model._amp_orig_forward = model.forward
             model.forward = types.MethodType(_autocast_forward, model)
-    _SCALERS[optimizer] = LossScaler(loss_scale if dtype == torch.float16 else None,
-                                     min_loss_scale=min_loss_scale, max_loss_scale=max_loss_scale,
-                                     device=param.device.type)
+    _SCALERS[optimizer] = scaler
     optimizer._amp_orig_step = optimizer.step
 
     def step(opt, *args, **kwargs):

@@ -30,14 +30,10 @@ import yaml
 from common import distributed as cdist
 from common.safe_load import UnreadableFileError, load_tensors
 from common.safe_write import OutputWriteError, atomic_write
-from common.trainer import TrainState
+from common.train_state import check_train_state, new_train_state
 
 logger = logging.getLogger("vlbert.checkpoint")  # a child of the training logger (common.cli)
 
-# Pretraining relationship head (the reference's spelling) and the VCR classifier it becomes.
-REL_HEAD = "vlbert.relationsip_head.caption_image_relationship"
-VCR_CLASSIFIER = "final_mlp.1"
-TOKEN_TYPE_EMBEDDINGS = "vlbert._module.token_type_embeddings.weight"
 _STEP_FILE = re.compile(r"-(\d{4})-b(\d{7})\.model$")
 _EPOCH_FILE = re.compile(r"-(\d{4})\.model$")
 
@@ -187,8 +183,9 @@ def make_checkpoint(model, optimizer, validation_monitor=None, scaler=None, lr_s
     Args:
         model: ``nn.Module`` (DDP-wrapped or not).
         optimizer: ``torch.optim.Optimizer``.
-        validation_monitor, scaler, lr_scheduler, train_state: objects with ``state_dict()``
-            (``train_state`` may also be a dict); None leaves the key out.
+        validation_monitor, scaler, lr_scheduler: objects with ``state_dict()``, or dicts;
+            None leaves the key out.
+        train_state: the loop's progress dict (:mod:`common.train_state`), or None.
         config: CfgNode, dict or YAML text.
         rng: list of :func:`rng_state` per rank (default: this process's only).
     """
@@ -360,22 +357,19 @@ def find_resume_checkpoint(prefix, begin_epoch, end_epoch, resume=False, auto_re
 class ResumeInfo:
     """What :func:`resume_training` restored: the file, the loop position and the keys loaded."""
     path: str
-    state: TrainState
+    state: dict
     restored: List[str]
 
 
 def _train_state_of(ckpt, path, steps_per_epoch):
-    state = TrainState()
     if "train_state" in ckpt:
-        state.load_state_dict(ckpt["train_state"])
-        return state
+        return check_train_state(ckpt["train_state"])
     # A reference checkpoint: its name gives the epoch; steps counted as the reference did.
     m = _EPOCH_FILE.search(path)
     if m is None:
         raise CheckpointError("{} has no 'train_state' and its name gives no epoch".format(path))
-    state.epoch = int(m.group(1)) + 1
-    state.global_step = int(state.epoch * steps_per_epoch) if steps_per_epoch else 0
-    return state
+    epoch = int(m.group(1)) + 1
+    return new_train_state(epoch=epoch, global_step=int(epoch * steps_per_epoch) if steps_per_epoch else 0)
 
 
 def _newest_readable(prefix, train_cfg):
@@ -418,7 +412,7 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
     Returns:
         None when nothing was resumed, else :class:`ResumeInfo`; pass ``info.state`` as
         ``train(..., state=...)``. Without ``'lr_scheduler'`` in ``info.restored`` (reference
-        checkpoints) rebuild the scheduler at ``last_epoch = info.state.global_step - 1``.
+        checkpoints) rebuild the scheduler at ``last_epoch = info.state['global_step'] - 1``.
     Raises:
         FileNotFoundError, CheckpointError: TRAIN.RESUME and the file is absent or unusable;
             AUTO_RESUME and every checkpoint is unreadable; a chosen checkpoint that does not fit
@@ -437,8 +431,8 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
         ckpt = load_checkpoint_file(path)
     restored = restore_checkpoint(ckpt, model, optimizer, scaler, lr_scheduler, validation_monitor, source=path)
     state = _train_state_of(ckpt, path, steps_per_epoch)
-    logger.info("Resumed from %s: epoch %d, batch %d, optimizer step %d", path, state.epoch,
-                state.epoch_batch, state.global_step)
+    logger.info("Resumed from %s: epoch %d, batch %d, optimizer step %d", path, state["epoch"],
+                state["epoch_batch"], state["global_step"])
     return ResumeInfo(path, state, restored)
 
 
@@ -474,23 +468,19 @@ def parse_prefix_changes(prefix_changes):
     return pairs
 
 
-def pretrain_state_for_finetune(state_dict, prefix_changes=(), segmb_init=False, load_rel_head=False,
-                                source="pretrain checkpoint"):
+def pretrain_state_for_finetune(state_dict, prefix_changes=(), renames=None, source="pretrain checkpoint"):
     """Rename a pretraining state dict for a fine-tuning model, as the reference release did.
 
     1. Each key takes the first prefix change whose old prefix it starts with (rules apply to
        the raw keys, ``module.`` included), then loses any ``module.`` prefix.
-    2. ``load_rel_head`` and a relationship head in the file: the VCR classifier
-       ``final_mlp.1`` gets ``W[1:2] - W[0:1]`` and ``b[1:2] - b[0:1]`` of the 2-way
-       caption-image head (the logit difference of "matched" over "not matched").
-    3. ``segmb_init``: row 1 of the token-type embeddings copies row 0.
+    2. ``renames(parsed, raw, source)``, the task's own renames (:meth:`common.task.Task.pretrain_renames`),
+       gets the renamed fp32 tensors and the file's tensors under their own names.
 
     Args:
         state_dict: the file's ``state_dict`` (any dtype, ``module.`` keys or not).
+        source: names the file in the task's errors.
     Returns:
         dict of renamed fp32/int tensors.
-    Raises:
-        CheckpointError: ``segmb_init`` but no token-type embeddings after renaming.
     """
     rules = parse_prefix_changes(prefix_changes)
     parsed = {}
@@ -500,22 +490,12 @@ def pretrain_state_for_finetune(state_dict, prefix_changes=(), segmb_init=False,
                 k = new + k[len(old):]
                 break
         parsed[_strip_module(k)] = v.float() if v.is_floating_point() else v
-    raw = {_strip_module(k): v for k, v in state_dict.items()}
-    if load_rel_head and REL_HEAD + ".weight" in raw:
-        for suffix in (".weight", ".bias"):
-            w = raw[REL_HEAD + suffix].float()
-            parsed[VCR_CLASSIFIER + suffix] = w[1:2] - w[0:1]
-    if segmb_init:
-        if TOKEN_TYPE_EMBEDDINGS not in parsed:
-            raise CheckpointError("NETWORK.PARTIAL_PRETRAIN_SEGMB_INIT: {} has no {} after the prefix changes"
-                                  .format(source, TOKEN_TYPE_EMBEDDINGS))
-        emb = parsed[TOKEN_TYPE_EMBEDDINGS].clone()
-        emb[1] = emb[0]
-        parsed[TOKEN_TYPE_EMBEDDINGS] = emb
+    if renames is not None:
+        parsed = renames(parsed, {_strip_module(k): v for k, v in state_dict.items()}, source)
     return parsed
 
 
-def load_partial_pretrain(model, path, prefix_changes=(), segmb_init=False, load_rel_head=False, log=None):
+def load_partial_pretrain(model, path, prefix_changes=(), renames=None, log=None):
     """NETWORK.PARTIAL_PRETRAIN: copy the matching weights of a pretraining checkpoint into ``model``.
 
     Keys are renamed by :func:`pretrain_state_for_finetune`; each one found in the model (with
@@ -529,7 +509,7 @@ def load_partial_pretrain(model, path, prefix_changes=(), segmb_init=False, load
     """
     log = log or logger
     source = load_checkpoint_file(path)["state_dict"]
-    parsed = pretrain_state_for_finetune(source, prefix_changes, segmb_init, load_rel_head, source=path)
+    parsed = pretrain_state_for_finetune(source, prefix_changes, renames, source=path)
     target = model.state_dict()
     report, update = PartialLoadReport(), {}
     for k, v in parsed.items():

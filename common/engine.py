@@ -1,19 +1,19 @@
-"""Task-independent training and evaluation set-up: what every ``<task>/function/train.py`` does.
+"""Train / val / test entry points shared by every task; each takes a :class:`common.task.Task`.
 
-A task supplies a :class:`Task` (its model registry, metrics and host metric); this module
-builds the rest from the config, in the order the design fixes::
+The task supplies its dataset, model, metrics and pretrain key renames; this module builds the
+rest from the config, in the order the design fixes::
 
     process group -> output folder + logger -> seed -> model (+ partial pretrain) -> loaders
-    -> optimizer -> amp.initialize -> scheduler -> resume -> DDP -> callbacks -> train
+    -> optimizer -> autocast context + loss scaler -> scheduler -> resume -> DDP -> hooks -> Trainer
 
 The reference release repeats this set-up in every task's ``function/train.py``; here it is
 written once.
 """
+import functools
 import logging
 import os
 import random
-from dataclasses import dataclass
-from typing import Callable
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -21,36 +21,21 @@ from tensorboardX import SummaryWriter
 
 from common import amp
 from common import distributed as cdist
-from common.callbacks.checkpoint import checkpoint_callbacks
-from common.callbacks.speedometer import Speedometer
-from common.callbacks.validation_monitor import ValidationMonitor
 from common.checkpoint import load_checkpoint_file, load_model_state_dict, load_partial_pretrain, resume_training
-from common.cli import setup_output
+from common.cli import config_from_args, setup_output, train_argument_parser, train_output_folder
 from common.data.build import make_dataloader
+from common.hooks.checkpoint import checkpoint_hooks
+from common.hooks.lr_scheduler import LRSchedulerHook
+from common.hooks.speedometer import Speedometer
+from common.hooks.tensorboard import TensorBoardHook
+from common.hooks.validation_monitor import ValidationMonitor
 from common.lr_scheduler import build_lr_scheduler, updates_per_epoch
-from common.module import held_random_init_warnings, warn_random_init
+from common.modeling.module import held_random_init_warnings, warn_random_init
 from common.optim import build_optimizer
-from common.trainer import to_device, train
+from common.trainer import Trainer, to_device
 
 # Apex's floor for the dynamic loss scale in the reference's amp.initialize call.
 MIN_LOSS_SCALE = 128.0
-
-
-@dataclass
-class Task:
-    """What a task adds to the shared set-up.
-
-    Attributes:
-        build_model: config -> model (``outputs, loss = model(*batch)`` in train mode).
-        build_metrics: (config, for_training) -> metric with update(outputs)/get()/reset().
-        host_metric_name: validation metric that picks the best epoch (e.g. 'Acc').
-        find_unused_parameters: the model may leave trainable params out of a step's graph
-            (DDP must then look for them, which costs a graph traversal per synced micro-batch).
-    """
-    build_model: Callable
-    build_metrics: Callable
-    host_metric_name: str = "Acc"
-    find_unused_parameters: bool = False
 
 
 def check_inputs(cfg):
@@ -83,10 +68,14 @@ def seed_everything(seed, rank=0):
     torch.manual_seed(seed + rank)
 
 
-def build_model(task, cfg, device, log=None):
-    """The task's model on ``device``, with NETWORK.PARTIAL_PRETRAIN loaded when set.
+def build_model(task, cfg, device=None, log=None):
+    """The model ``cfg.MODULE`` names in ``task``, with NETWORK.PARTIAL_PRETRAIN loaded when set
+    (prefix changes, then the task's own renames), moved to ``device`` when given.
 
-    Warns (:class:`common.module.RandomInitWarning`) about the parts that keep random weights.
+    Warns (:class:`common.modeling.module.RandomInitWarning`) about the parts that keep random weights.
+
+    Raises:
+        KeyError: unknown MODULE. common.checkpoint.CheckpointError: a pretrain file that does not fit.
     """
     with held_random_init_warnings() as held:
         model = task.build_model(cfg)
@@ -94,10 +83,22 @@ def build_model(task, cfg, device, log=None):
     if cfg.NETWORK.PARTIAL_PRETRAIN:
         loaded = load_partial_pretrain(
             model, cfg.NETWORK.PARTIAL_PRETRAIN, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES,
-            segmb_init=cfg.NETWORK.get("PARTIAL_PRETRAIN_SEGMB_INIT", False),
-            load_rel_head=cfg.NETWORK.get("LOAD_REL_HEAD", False), log=log).loaded
+            renames=task.pretrain_renames(cfg), log=log).loaded
     warn_random_init(model, held, loaded)  # only parts the partial pretrain file did not fill
-    return model.to(device)
+    return model if device is None else model.to(device)
+
+
+def build_loader(task, cfg, mode, world_size=1, rank=0):
+    """DataLoader of ``mode`` over the task's dataset (see :func:`common.data.build.make_dataloader`)."""
+    return make_dataloader(cfg, mode, world_size, rank, dataset=task.build_dataset(cfg, mode))
+
+
+def build_precision(cfg, device):
+    """(autocast, scaler) of TRAIN.FP16 / FP16_DTYPE / FP16_LOSS_SCALE on ``device`` (the reference's
+    Apex O2 call: dynamic scale floored at 128); see :func:`common.amp.build_precision`."""
+    train_cfg = cfg.TRAIN
+    return amp.build_precision(train_cfg.FP16, train_cfg.FP16_DTYPE, device.type,
+                               loss_scale=train_cfg.FP16_LOSS_SCALE, min_loss_scale=MIN_LOSS_SCALE)
 
 
 def load_for_inference(task, cfg, ckpt_path, device):
@@ -113,11 +114,12 @@ def load_for_inference(task, cfg, ckpt_path, device):
 
 
 @torch.no_grad()
-def run_validation(net, val_loader, metrics, label_index_in_batch):
+def run_validation(net, val_loader, metrics, label_index_in_batch, autocast=nullcontext):
     """Evaluate ``net`` on ``val_loader``: labels are taken out of each batch and put into the outputs.
 
     Args:
         label_index_in_batch: index of the label in the batch tuple (DATASET.LABEL_INDEX_IN_BATCH).
+        autocast: zero-argument callable giving the forward's context (the training precision).
     """
     if isinstance(net, torch.nn.parallel.DistributedDataParallel):
         net = net.module  # no DDP forward: ranks may hold different numbers of val batches
@@ -128,7 +130,8 @@ def run_validation(net, val_loader, metrics, label_index_in_batch):
     for batch in val_loader:
         batch = to_device(list(batch), device)
         label = batch.pop(label_index_in_batch)
-        outputs = net(*batch)
+        with autocast():
+            outputs = net(*batch)
         outputs["label"] = label
         metrics.update(outputs)
     net.train(was_training)
@@ -140,6 +143,7 @@ def train_net(args, cfg, task):
     Args:
         args: parsed :func:`common.cli.train_argument_parser` arguments.
         cfg: frozen config (see :func:`common.cli.config_from_args`).
+        task: the :class:`common.task.Task`.
     Returns:
         (rank, model): the rank of this process and the trained model (unwrapped from DDP).
     """
@@ -153,24 +157,21 @@ def train_net(args, cfg, task):
     seed_everything(cfg.RNG_SEED, rank)
 
     with held_random_init_warnings() as random_parts:  # issued unless a checkpoint is resumed below
-        model = build_model(task, cfg, device, log=logger.info)
-    train_loader = make_dataloader(cfg, "train", world_size, rank)
-    val_loader = make_dataloader(cfg, "val", world_size, rank)
+        model = build_model(task, cfg, device, log=logger)
+    train_loader = build_loader(task, cfg, "train", world_size, rank)
+    val_loader = build_loader(task, cfg, "val", world_size, rank)
 
     train_cfg = cfg.TRAIN
     optimizer = build_optimizer(cfg, model, world_size)
-    model, optimizer = amp.initialize(model, optimizer, opt_level="O2" if train_cfg.FP16 else "O0",
-                                      loss_scale=train_cfg.FP16_LOSS_SCALE, min_loss_scale=MIN_LOSS_SCALE,
-                                      dtype=train_cfg.FP16_DTYPE)
-    scaler = amp.scaler_of(optimizer)
+    autocast, scaler = build_precision(cfg, device)
     lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader))
-    validation_monitor = ValidationMonitor(run_validation, val_loader, task.build_metrics(cfg, False),
-                                           host_metric_name=task.host_metric_name,
-                                           label_index_in_batch=cfg.DATASET.LABEL_INDEX_IN_BATCH)
+    validation = ValidationMonitor(functools.partial(run_validation, autocast=autocast), val_loader,
+                                   task.build_metrics(cfg, False), host_metric_name=task.host_metric_name,
+                                   label_index_in_batch=cfg.DATASET.LABEL_INDEX_IN_BATCH)
 
     prefix = os.path.join(folder, cfg.MODEL_PREFIX)
     steps_per_epoch = updates_per_epoch(len(train_loader), train_cfg.GRAD_ACCUMULATE_STEPS)
-    resumed = resume_training(prefix, train_cfg, model, optimizer, scaler, lr_scheduler, validation_monitor,
+    resumed = resume_training(prefix, train_cfg, model, optimizer, scaler, lr_scheduler, validation,
                               steps_per_epoch=steps_per_epoch)
     state = None
     if resumed is None:
@@ -178,7 +179,7 @@ def train_net(args, cfg, task):
     else:
         state = resumed.state
         if "lr_scheduler" not in resumed.restored:  # a reference checkpoint: position the schedule
-            lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader), begin_step=state.global_step)
+            lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader), begin_step=state["global_step"])
 
     net = model
     if world_size > 1:
@@ -189,22 +190,57 @@ def train_net(args, cfg, task):
     writer = None
     if rank == 0:
         writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"))
-    epoch_end, batch_end = checkpoint_callbacks(prefix, cfg)
-    batch_size = world_size * train_cfg.BATCH_IMAGES
-    batch_end.insert(0, Speedometer(batch_size, cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
-                                    epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH))
+    hooks = [validation, LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT, world_size),
+             Speedometer(world_size * train_cfg.BATCH_IMAGES, cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
+                         epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
+    hooks += checkpoint_hooks(prefix, cfg, validation)
+    trainer = Trainer(net, optimizer, train_loader, scaler=scaler, autocast=autocast, hooks=hooks,
+                      metrics=task.build_metrics(cfg, True), lr_scheduler=lr_scheduler, writer=writer,
+                      rank=rank, grad_accumulate_steps=train_cfg.GRAD_ACCUMULATE_STEPS,
+                      clip_grad_norm=train_cfg.CLIP_GRAD_NORM, max_consecutive_skips=train_cfg.MAX_CONSECUTIVE_SKIPS,
+                      logger=logger)
     try:
-        train(net, optimizer, lr_scheduler, train_loader, train_loader.batch_sampler,
-              task.build_metrics(cfg, True), train_cfg.BEGIN_EPOCH, train_cfg.END_EPOCH, logger,
-              rank=rank, batch_end_callbacks=batch_end, epoch_end_callbacks=epoch_end, writer=writer,
-              validation_monitor=validation_monitor, fp16=train_cfg.FP16, clip_grad_norm=train_cfg.CLIP_GRAD_NORM,
-              gradient_accumulate_steps=train_cfg.GRAD_ACCUMULATE_STEPS, state=state, scaler=scaler,
-              max_consecutive_skips=train_cfg.MAX_CONSECUTIVE_SKIPS, log_frequent=cfg.LOG_FREQUENT)
+        trainer.train(train_cfg.BEGIN_EPOCH, train_cfg.END_EPOCH, state)
         cdist.barrier()  # all ranks finish before the group is destroyed (a rank leaving early aborts the others)
     finally:
         if writer is not None:
             writer.close()
         cdist.cleanup()
     logging.getLogger("vlbert").info("training done; best %s %.4f at epoch %d", task.host_metric_name,
-                                     validation_monitor.best_val, validation_monitor.best_epoch)
+                                     validation.best_val, validation.best_epoch)
     return rank, model
+
+
+def inference_device():
+    """The device evaluation runs on: the first GPU when there is one, else the CPU."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def test_net(task, cfg, ckpt_path, save_path, save_name, fp16=False):
+    """Predict the test split with the checkpoint ``ckpt_path`` and write the task's result file
+    under ``save_path`` (name from ``save_name``, see :meth:`common.task.Task.write_results`).
+
+    Args:
+        fp16: forward under autocast in TRAIN.FP16_DTYPE.
+    Returns:
+        path of the written file.
+    """
+    device = inference_device()
+    model = load_for_inference(task, cfg, ckpt_path, device)
+    loader = build_loader(task, cfg, "test")
+    autocast = amp.autocast_context(device.type, cfg.TRAIN.FP16_DTYPE if fp16 else "float32")
+    return task.write_results(cfg, model, loader, save_path, save_name, autocast)
+
+
+def train_main(task, description):
+    """Body of ``<task>/train_end2end.py``: arguments -> config -> :func:`train_net`; with ``--do-test``,
+    rank 0 then writes the test result file of ``{MODEL_PREFIX}-best.model`` into
+    ``<output folder>/test_result``. Wrap it in :func:`common.cli.run_main`."""
+    args = train_argument_parser(description).parse_args()
+    cfg = config_from_args(args, task.load_config)
+    rank, _ = train_net(args, cfg, task)
+    if args.do_test and rank == 0:
+        folder = train_output_folder(cfg, args.cfg)
+        ckpt = os.path.join(folder, "{}-best.model".format(cfg.MODEL_PREFIX))
+        test_net(task, cfg, ckpt, save_path=os.path.join(folder, "test_result"), save_name=cfg.MODEL_PREFIX,
+                 fp16=cfg.TRAIN.FP16)

@@ -94,7 +94,7 @@ class WarmupLinearLR(_ClosedFormLR):
         return max(0.0, (self.total_steps - step) / max(1, self.total_steps - self.warmup_steps))
 
 
-def build_lr_scheduler(config, optimizer: torch.optim.Optimizer, batches_per_epoch: int, begin_step: int = None):
+def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, batches_per_epoch: int, begin_step: int = None):
     """The schedule ``TRAIN.LR_SCHEDULE`` names, positioned at ``begin_step``.
 
     Args:
@@ -111,7 +111,7 @@ def build_lr_scheduler(config, optimizer: torch.optim.Optimizer, batches_per_epo
     Raises:
         ValueError: unknown ``TRAIN.LR_SCHEDULE`` / ``WARMUP_METHOD``, decreasing ``LR_STEP``.
     """
-    train = config.TRAIN
+    train = cfg.TRAIN
     per_epoch = updates_per_epoch(batches_per_epoch, train.GRAD_ACCUMULATE_STEPS)
     if begin_step is None:
         begin_step = int(train.BEGIN_EPOCH * per_epoch)

@@ -7,12 +7,12 @@ import torch
 OPTIMIZERS = ("SGD", "Adam", "AdamW")
 
 
-def images_per_step(config, world_size: int) -> int:
+def images_per_step(cfg, world_size: int) -> int:
     """Samples in one optimizer step over all ranks:
     ``BATCH_IMAGES`` (summed over data sets if a list) x world size x ``GRAD_ACCUMULATE_STEPS``."""
-    per_rank = config.TRAIN.BATCH_IMAGES
+    per_rank = cfg.TRAIN.BATCH_IMAGES
     per_rank = sum(per_rank) if isinstance(per_rank, (list, tuple)) else per_rank
-    return per_rank * world_size * config.TRAIN.GRAD_ACCUMULATE_STEPS
+    return per_rank * world_size * cfg.TRAIN.GRAD_ACCUMULATE_STEPS
 
 
 def param_groups(model: torch.nn.Module, lr_mult, base_lr: float) -> List[dict]:
@@ -103,10 +103,10 @@ class BertAdamW(torch.optim.Optimizer):
         return loss
 
 
-def build_optimizer(config, model: torch.nn.Module, world_size: int = 1) -> torch.optim.Optimizer:
-    """The reference's optimizer for ``config.TRAIN``.
+def build_optimizer(cfg, model: torch.nn.Module, world_size: int = 1) -> torch.optim.Optimizer:
+    """The reference's optimizer for ``cfg.TRAIN``.
 
-    Base LR = ``TRAIN.LR x images_per_step(config, world_size)``; ``TRAIN.LR_MULT`` groups;
+    Base LR = ``TRAIN.LR x images_per_step(cfg, world_size)``; ``TRAIN.LR_MULT`` groups;
     ``SGD`` (MOMENTUM, WD), ``Adam`` (WD as L2, torch defaults otherwise) or ``AdamW``
     (:class:`BertAdamW`: betas (0.9, 0.999), eps 1e-6, WD, bias correction).
 
@@ -117,8 +117,8 @@ def build_optimizer(config, model: torch.nn.Module, world_size: int = 1) -> torc
     Raises:
         ValueError: unknown ``TRAIN.OPTIMIZER`` or bad ``TRAIN.LR_MULT``.
     """
-    train = config.TRAIN
-    base_lr = train.LR * images_per_step(config, world_size)
+    train = cfg.TRAIN
+    base_lr = train.LR * images_per_step(cfg, world_size)
     groups = param_groups(model, train.LR_MULT, base_lr)
     if train.OPTIMIZER == "SGD":
         return torch.optim.SGD(groups, lr=base_lr, momentum=train.MOMENTUM, weight_decay=train.WD)

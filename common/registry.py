@@ -1,34 +1,64 @@
-"""Model registries: ``config.MODULE`` names a class, ``build_model(config)`` builds it (no ``eval``)."""
+"""Name -> object tables: models (``MODULE``), datasets (``DATASET.DATASET``) and tasks share this class.
+
+A config names what to build (``MODULE: ResNetVLBERT``); the registry turns the name into the
+class without ``eval`` and says which names exist when the name is unknown (the idea of
+maskrcnn-benchmark ``modeling/registry.py``).
+"""
 
 
 class Registry:
-    """Name -> class table of one task (each task has its own: VCR and VQA both name ``ResNetVLBERT``).
+    """Name -> object table.
 
     Args:
-        name: registry name used in error messages, e.g. 'vcr.modules'.
-        classes: classes to register under their ``__name__``.
+        name: what the table holds, for error messages: 'model of vcr', 'dataset', 'task'.
+        items: objects to register under their ``__name__``.
+        key: the config key whose value is looked up here (for error messages), e.g. 'MODULE'.
+        hint: appended to the unknown-name error (how to make a name known).
     """
 
-    def __init__(self, name, classes=()):
+    def __init__(self, name, items=(), key="MODULE", hint=""):
         self.name = name
-        self._classes = {}
-        for cls in classes:
-            self.register(cls)
+        self.key = key
+        self.hint = hint
+        self._items = {}
+        for item in items:
+            self.register(item)
 
-    def register(self, cls):
-        """Add ``cls`` under ``cls.__name__`` (usable as a decorator); ValueError on a duplicate name."""
-        if cls.__name__ in self._classes:
-            raise ValueError("{}: '{}' is already registered".format(self.name, cls.__name__))
-        self._classes[cls.__name__] = cls
-        return cls
+    def register(self, obj=None, name=None):
+        """Add ``obj`` under ``name`` (default ``obj.__name__``); returns ``obj``.
+
+        Usable as ``register(obj)``, ``register(obj, 'name')`` or as a decorator
+        ``@register()`` / ``@register(name='x')``.
+
+        Raises:
+            ValueError: ``name`` is already registered for another object.
+        """
+        if obj is None:
+            return lambda o: self.register(o, name)
+        name = name or obj.__name__
+        if name in self._items and self._items[name] is not obj:
+            raise ValueError("{}: '{}' is already registered".format(self.name, name))
+        self._items[name] = obj
+        return obj
 
     def get(self, name):
-        """The class registered as ``name``; KeyError listing the known names otherwise."""
-        if name not in self._classes:
-            raise KeyError("MODULE '{}' is not a model of {}; known: {}".format(
-                name, self.name, ', '.join(sorted(self._classes)) or '(none)'))
-        return self._classes[name]
+        """The object registered as ``name``.
 
-    def build(self, config):
-        """``cls(config)`` for ``cls = self.get(config.MODULE)``."""
-        return self.get(config.MODULE)(config)
+        Raises:
+            KeyError: unknown name; the message lists the known ones.
+        """
+        if name not in self._items:
+            raise KeyError("{} '{}' is not a registered {}; known: {}{}".format(
+                self.key, name, self.name, ", ".join(sorted(self._items)) or "(none)", self.hint))
+        return self._items[name]
+
+    def __contains__(self, name):
+        return name in self._items
+
+    def names(self):
+        """Registered names, sorted."""
+        return sorted(self._items)
+
+    def build(self, cfg):
+        """``cls(cfg)`` for ``cls = self.get(cfg.MODULE)``: the model a config names."""
+        return self.get(cfg.MODULE)(cfg)

@@ -9,7 +9,7 @@ further numbers on a row, such as a score, are ignored)::
 
     [{"image_id": 9, "image": "COCO_val2014_000000000009.jpg", "boxes": [[10, 20, 200, 150], ...]}, ...]
 
-Features come from the model's own image path (``common.fast_rcnn.FastRCNN`` as the end-to-end
+Features come from the model's own image path (``common.modeling.fast_rcnn.FastRCNN`` as the end-to-end
 model runs it: the config's SCALES resize and pixel normalisation, ResNet res2-res4, RoI Align, res5,
 average pool), so they are the ``obj_reps_raw`` an end-to-end model with the same weights computes.
 The ResNet comes from the config (``NETWORK.IMAGE_NUM_LAYERS``, ``IMAGE_STRIDE_IN_1x1``,
@@ -35,7 +35,7 @@ from common.data.region_features import (RegionFeatures, feature_json_path, writ
                                          write_tsv)
 from common.data.transforms import build_transforms  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
-from common.fast_rcnn import FastRCNN  # noqa: E402
+from common.modeling.fast_rcnn import FastRCNN  # noqa: E402
 from vqa.function.config import load_config  # noqa: E402
 
 DEFAULT_CFG = os.path.join(ROOT, "cfgs", "vqa", "base_4x16G_fp32.yaml")

@@ -260,3 +260,27 @@ def test_bad_arguments_raise_clear_errors():
         amp.initialize(model, torch.optim.SGD(model.parameters(), lr=1.), opt_level="O4")
     with pytest.raises(RuntimeError, match="amp.initialize"):
         list(amp.master_params(torch.optim.SGD(model.parameters(), lr=1.)))
+
+
+def test_build_precision_explicit_autocast_and_scaler():
+    """The product's path: the autocast context and the scaler, with nothing patched."""
+    model = torch.nn.Linear(4, 4)
+    forward = model.forward
+    autocast, scaler = amp.build_precision(True, "float16", "cpu", loss_scale="dynamic", min_loss_scale=128.)
+    with autocast():
+        assert model(torch.randn(2, 4)).dtype == torch.float16
+    assert scaler.dynamic and scaler.grad_scaler.is_enabled() and scaler.min_loss_scale == 128.
+    assert scaler.scale == 2. ** 16
+    assert model.forward == forward and not hasattr(model, "_amp_orig_forward")
+
+    autocast, scaler = amp.build_precision(True, "bfloat16", "cpu", loss_scale=512.)
+    with autocast():
+        assert model(torch.randn(2, 4)).dtype == torch.bfloat16
+    assert not scaler.grad_scaler.is_enabled() and scaler.scale == 1.
+
+    autocast, scaler = amp.build_precision(False, "float16", "cpu", loss_scale="dynamic")
+    with autocast():
+        assert model(torch.randn(2, 4)).dtype == torch.float32
+    assert not scaler.grad_scaler.is_enabled()
+    with pytest.raises(ValueError, match="FP16_DTYPE"):
+        amp.build_precision(True, "float8", "cpu")

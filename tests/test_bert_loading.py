@@ -8,9 +8,9 @@ from pytorch_pretrained_bert.modeling import BertConfig, BertForPreTraining
 from safetensors.torch import save_file
 from yacs.config import CfgNode
 
-from common.nlp.bert_loading import (language_pretrained_weights, load_bert_folder, read_bert_weights,
+from common.modeling.nlp.bert_loading import (language_pretrained_weights, load_bert_folder, read_bert_weights,
                                      special_token_ids)
-from common.visual_linguistic_bert import VisualLinguisticBert, VisualLinguisticBertForPretraining
+from common.modeling.visual_linguistic_bert import VisualLinguisticBert, VisualLinguisticBertForPretraining
 
 ARCH = dict(vocab_size=120, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
             hidden_act='gelu', max_position_embeddings=40)

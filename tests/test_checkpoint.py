@@ -1,4 +1,5 @@
 import collections
+import functools
 import os
 import random
 import types
@@ -10,8 +11,10 @@ import torch.nn as nn
 
 from common import amp
 from common import checkpoint as ck
-from common.callbacks.checkpoint import Checkpoint, StepCheckpoint, checkpoint_callbacks
-from common.trainer import BatchEndParam, TrainContext, TrainState
+from common.hooks.base import TrainContext
+from common.hooks.checkpoint import Checkpoint, StepCheckpoint, checkpoint_hooks
+from common.train_state import check_train_state, new_train_state
+from vcr.task import pretrain_renames
 
 
 class Net(nn.Module):
@@ -64,7 +67,7 @@ def test_full_round_trip_weights_only(tmp_path):
     net, opt, sched = _trained()
     scaler = amp.LossScaler("dynamic", min_loss_scale=128.)
     scaler.scale, scaler.unskipped = 512., 17
-    state = TrainState(epoch=1, epoch_batch=6, global_step=9, skipped_steps=1)
+    state = new_train_state(epoch=1, epoch_batch=6, global_step=9, skipped_steps=1)
     path = str(tmp_path / "m-0000.model")
     ck.save_checkpoint(path, net, opt, validation_monitor=Monitor(0, 0.5), scaler=scaler, lr_scheduler=sched,
                        train_state=state, config={"TRAIN": {"LR": 0.1}})
@@ -84,9 +87,8 @@ def test_full_round_trip_weights_only(tmp_path):
     assert sched2.state_dict() == sched.state_dict() and isinstance(sched2.milestones, collections.Counter)
     assert (scaler2.scale, scaler2.unskipped) == (512., 17)
     assert (mon2.best_epoch, mon2.best_val) == (0, 0.5)
-    s = TrainState()
-    s.load_state_dict(ckpt["train_state"])
-    assert (s.epoch, s.epoch_batch, s.global_step, s.skipped_steps) == (1, 6, 9, 1)
+    s = check_train_state(ckpt["train_state"])
+    assert (s["epoch"], s["epoch_batch"], s["global_step"], s["skipped_steps"]) == (1, 6, 9, 1)
 
 
 def test_model_saved_fp32_from_half_model(tmp_path):
@@ -131,7 +133,7 @@ def test_resume_from_reference_checkpoint(tmp_path):
     mon = Monitor()
     info = ck.resume_training(prefix, cfg, net, opt2, validation_monitor=mon, steps_per_epoch=10)
     assert info.path == ck.epoch_checkpoint_path(prefix, 1)
-    assert (info.state.epoch, info.state.epoch_batch, info.state.global_step) == (2, 0, 20)
+    assert (info.state["epoch"], info.state["epoch_batch"], info.state["global_step"]) == (2, 0, 20)
     assert info.restored == ["state_dict", "optimizer", "validation_monitor"]
     assert _equal_state(ref, net) and mon.best_epoch == 1
 
@@ -219,11 +221,11 @@ def test_find_resume_order_and_range(tmp_path):
 def test_resume_skips_corrupt_newest(tmp_path):
     prefix = str(tmp_path / "vl")
     net, opt, _ = _trained()
-    ck.save_checkpoint(ck.epoch_checkpoint_path(prefix, 0), net, opt, train_state=TrainState(epoch=1))
+    ck.save_checkpoint(ck.epoch_checkpoint_path(prefix, 0), net, opt, train_state=new_train_state(epoch=1))
     _touch(ck.step_checkpoint_path(prefix, 1, 4))  # torn by something that did not write atomically
     cfg = types.SimpleNamespace(RESUME=False, AUTO_RESUME=True, BEGIN_EPOCH=0, END_EPOCH=3)
     info = ck.resume_training(prefix, cfg, Net(), torch.optim.SGD(Net().parameters(), lr=1.))
-    assert info.path == ck.epoch_checkpoint_path(prefix, 0) and info.state.epoch == 1
+    assert info.path == ck.epoch_checkpoint_path(prefix, 0) and info.state["epoch"] == 1
     cfg.AUTO_RESUME = False
     assert ck.resume_training(prefix, cfg, Net(), torch.optim.SGD(Net().parameters(), lr=1.)) is None
 
@@ -231,10 +233,9 @@ def test_resume_skips_corrupt_newest(tmp_path):
 def test_epoch_callback_frequency_and_best(tmp_path):
     prefix = str(tmp_path / "vl")
     net, opt, sched = _trained()
-    cb = Checkpoint(prefix, frequent=2, config="A: 1\n")
+    cb = Checkpoint(prefix, frequent=2, cfg="A: 1\n", validation_monitor=Monitor(best_epoch=1))
     for epoch in range(4):
-        cb(epoch, net, opt, None, validation_monitor=Monitor(best_epoch=1), state=TrainState(epoch=epoch + 1),
-           lr_scheduler=sched, scaler=amp.LossScaler())
+        cb.after_epoch(TrainContext(net, opt, sched, amp.LossScaler(), new_train_state(epoch=epoch + 1), epoch=epoch))
     assert sorted(os.listdir(str(tmp_path))) == ["vl-0001.model", "vl-0003.model", "vl-best.model"]
     best = ck.load_checkpoint_file(ck.best_checkpoint_path(prefix))
     assert best["train_state"]["epoch"] == 2 and best["config"] == "A: 1\n"
@@ -243,28 +244,28 @@ def test_epoch_callback_frequency_and_best(tmp_path):
 def test_step_callback_saves_every_n_and_keeps_last(tmp_path):
     prefix = str(tmp_path / "vl")
     net, opt, sched = _trained()
-    state = TrainState(epoch=3)
-    ctx = TrainContext(net, opt, sched, amp.LossScaler(), state)
+    state = new_train_state(epoch=3)
+    ctx = TrainContext(net, opt, sched, amp.LossScaler(), state, epoch=3)
     cb = StepCheckpoint(prefix, every_steps=2, keep=2)
     for nbatch in range(12):  # accumulation k=2: steps end at odd batches
-        add_step = nbatch % 2 == 1
-        state.epoch_batch = nbatch + 1
-        if add_step:
-            state.global_step += 1
-        cb(BatchEndParam(3, nbatch, None, add_step, 0, 0, 0, 0, 0, 0, None, state, ctx))
+        ctx.micro_batch, ctx.step_ended = nbatch, nbatch % 2 == 1
+        state["epoch_batch"] = nbatch + 1
+        if ctx.step_ended:
+            state["global_step"] += 1
+        cb.after_batch(ctx)
     # steps at batches 2, 4, 6 done -> saved at epoch_batch 4, 8, 12; keep the last 2
     assert sorted(os.listdir(str(tmp_path))) == ["vl-0003-b0000008.model", "vl-0003-b0000012.model"]
     saved = ck.load_checkpoint_file(ck.step_checkpoint_path(prefix, 3, 12))["train_state"]
     assert (saved["epoch"], saved["epoch_batch"], saved["global_step"]) == (3, 12, 6)
 
 
-def test_checkpoint_callbacks_from_config():
+def test_checkpoint_hooks_from_config():
     from vcr.function.config import load_config
     cfg = load_config(None, ["TRAIN.CHECKPOINT_STEPS", "50", "TRAIN.CHECKPOINT_KEEP", "3"])
-    epoch_end, batch_end = checkpoint_callbacks("out/vl", cfg)
-    assert epoch_end[0].frequent == cfg.CHECKPOINT_FREQUENT
-    assert (batch_end[0].every_steps, batch_end[0].keep) == (50, 3)
-    assert checkpoint_callbacks("out/vl", load_config(None))[1] == []
+    epoch_end, step = checkpoint_hooks("out/vl", cfg)
+    assert epoch_end.frequent == cfg.CHECKPOINT_FREQUENT
+    assert (step.every_steps, step.keep) == (50, 3)
+    assert len(checkpoint_hooks("out/vl", load_config(None))) == 1
 
 
 # --- partial pretrain (NETWORK.PARTIAL_PRETRAIN*) --------------------------------------------- #
@@ -297,6 +298,10 @@ class TinyVCR(nn.Module):
         self.other = nn.Linear(2, 2)
 
 
+def _vcr_renames(**options):
+    return functools.partial(pretrain_renames, **options)
+
+
 def _pretrain_file(tmp_path, module_prefix="module."):
     g = torch.Generator().manual_seed(0)
     sd = {
@@ -323,7 +328,7 @@ def test_partial_pretrain_vcr(tmp_path, module_prefix, wrap):
     model = TinyVCR()
     init_other = model.other.weight.clone()
     target = nn.DataParallel(model) if wrap else model
-    report = ck.load_partial_pretrain(target, path, VCR_PREFIX_CHANGES, segmb_init=True, load_rel_head=True)
+    report = ck.load_partial_pretrain(target, path, VCR_PREFIX_CHANGES, _vcr_renames(segmb_init=True, load_rel_head=True))
 
     tte = src["vlbert.token_type_embeddings.weight"].float()
     got = model.vlbert._module.token_type_embeddings.weight
@@ -360,7 +365,7 @@ def test_partial_pretrain_errors(tmp_path):
     with pytest.raises(ValueError, match="'old_prefix->new_prefix', got 'vlbert'"):
         ck.load_partial_pretrain(TinyVCR(), path, ["vlbert"])
     with pytest.raises(ck.CheckpointError, match="SEGMB_INIT.*vlbert._module.token_type_embeddings.weight"):
-        ck.load_partial_pretrain(TinyVCR(), path, [], segmb_init=True)
+        ck.load_partial_pretrain(TinyVCR(), path, [], _vcr_renames(segmb_init=True))
     model = TinyVCR()
     model.vlbert._module.encoder = nn.Linear(4, 5)
     with pytest.raises(ck.CheckpointError, match=r"encoder.weight has shape \(4, 4\) in the checkpoint but \(5, 4\)"):
@@ -392,8 +397,9 @@ def test_reference_checkpoint_and_partial_pretrain_with_task_models(tmp_path):
     torch.save({"state_dict": pre_sd}, pre_path)
     fresh = build("vcr", "base_q2a_4x16G_fp32.yaml", TINY)
     init = {k: v.clone() for k, v in fresh.state_dict().items()}
+    from vcr.task import TASK
     report = ck.load_partial_pretrain(fresh, pre_path, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES,
-                                      cfg.NETWORK.PARTIAL_PRETRAIN_SEGMB_INIT, cfg.NETWORK.LOAD_REL_HEAD)
+                                      TASK.pretrain_renames(cfg))
     tte = fresh.vlbert._module.token_type_embeddings.weight
     src = pre_sd["module.vlbert.token_type_embeddings.weight"].float()
     assert torch.equal(tte[0], src[0]) and torch.equal(tte[1], src[0]) and torch.equal(tte[2], src[2])

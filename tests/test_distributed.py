@@ -122,7 +122,7 @@ def _checkpoint_on_ranks(rank, world_size, folder):
     cdist.barrier()
     cfg = types.SimpleNamespace(RESUME=False, AUTO_RESUME=True, BEGIN_EPOCH=0, END_EPOCH=2)
     info = ck.resume_training(prefix, cfg, net, opt)
-    assert info.path == ck.epoch_checkpoint_path(prefix, 0) and info.state.epoch == 1
+    assert info.path == ck.epoch_checkpoint_path(prefix, 0) and info.state["epoch"] == 1
     assert torch.equal(torch.rand(3), expected)
     assert len(ck.load_checkpoint_file(info.path)["rng"]) == world_size
 

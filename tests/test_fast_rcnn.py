@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torchvision.models import resnet as tv_resnet
 
-from common.backbone import FrozenBatchNorm2d
-from common.fast_rcnn import FastRCNN, coordinate_embeddings
+from common.modeling.backbone import FrozenBatchNorm2d
+from common.modeling.fast_rcnn import FastRCNN, coordinate_embeddings
 from vcr.function.config import load_config
 
 torch.set_num_threads(1)

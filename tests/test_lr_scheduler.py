@@ -7,7 +7,8 @@ import torch
 
 from common import amp
 from common.lr_scheduler import WarmupLinearLR, WarmupMultiStepLR, build_lr_scheduler, updates_per_epoch
-from common.trainer import train
+from common.hooks.lr_scheduler import LRSchedulerHook
+from common.trainer import Trainer
 from vcr.function.config import load_config
 
 
@@ -51,14 +52,15 @@ def _lrs_of_applied_steps(cfg, n_batches, epochs, poisoned, fp16):
     model = Model()
     opt = torch.optim.SGD([{"params": [model.w], "lr": 0.1}, {"params": [model.head], "lr": 0.01}], lr=0.1)
     sched = build_lr_scheduler(cfg, opt, n_batches)
-    if fp16:  # built before amp.initialize, as the reference does
-        model, opt = amp.initialize(model, opt, loss_scale=128.)
+    autocast, scaler = amp.build_precision(fp16, "float16", "cpu", loss_scale=128.)
     seen = []
     opt.register_step_pre_hook(lambda o, a, k: seen.append([g["lr"] for g in o.param_groups]) and None)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        state = train(model, opt, sched, _loader(n_batches, poisoned), None, None, 0, epochs,
-                      logging.getLogger("t"), fp16=fp16, gradient_accumulate_steps=cfg.TRAIN.GRAD_ACCUMULATE_STEPS)
+        trainer = Trainer(model, opt, _loader(n_batches, poisoned), scaler=scaler, autocast=autocast,
+                          hooks=[LRSchedulerHook()], lr_scheduler=sched, logger=logging.getLogger("t"),
+                          grad_accumulate_steps=cfg.TRAIN.GRAD_ACCUMULATE_STEPS)
+        state = trainer.train(0, epochs)
     return seen, state
 
 
@@ -70,7 +72,7 @@ def test_step_schedule_matches_closed_form_with_skips(method):
     # batch 3 is poisoned in every epoch: the group [2, 3] is skipped 4 times
     seen, state = _lrs_of_applied_steps(cfg, n, epochs, poisoned={3}, fp16=True)
     assert updates_per_epoch(n, k) == 5
-    assert (state.skipped_steps, state.global_step, len(seen)) == (4, 16, 16)
+    assert (state["skipped_steps"], state["global_step"], len(seen)) == (4, 16, 16)
     milestones = [5, 12]  # int(1.0 * 5), int(2.5 * 5)
     for s, lrs in enumerate(seen):
         for lr, base in zip(lrs, (0.1, 0.01)):
@@ -82,7 +84,7 @@ def test_triangle_schedule_matches_closed_form_with_skips():
     cfg = _cfg(LR_SCHEDULE="triangle", WARMUP=True, WARMUP_STEPS=4, GRAD_ACCUMULATE_STEPS=k, END_EPOCH=epochs)
     # groups [0, 1, 2] and [9] of every epoch are skipped (fp32: inf gradients skip too)
     seen, state = _lrs_of_applied_steps(cfg, n, epochs, poisoned={0, 9}, fp16=False)
-    assert (state.skipped_steps, len(seen)) == (6, 6)
+    assert (state["skipped_steps"], len(seen)) == (6, 6)
     for s, lrs in enumerate(seen):
         for lr, base in zip(lrs, (0.1, 0.01)):
             assert lr == pytest.approx(_triangle_closed_form(s, base, 4, 12), rel=1e-12, abs=1e-15)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from common.losses import masked_lm_loss, soft_cross_entropy
-from common.vlbert_module import collect_obj_reps, pack_text_pair
+from common.modeling.vlbert_module import collect_obj_reps, pack_text_pair
 from tests.conftest import SHARED
 
 CFGS = os.path.join(SHARED, 'legacy', 'cfgs')
@@ -26,7 +26,7 @@ def build(task, cfg_file, opts):
     import importlib
     config = importlib.import_module(task + '.function.config').load_config(os.path.join(CFGS, task, cfg_file), opts)
     torch.manual_seed(0)
-    return importlib.import_module(task + '.modules').build_model(config)
+    return importlib.import_module(task + '.modules').MODELS.build(config)
 
 
 def num_parameters(model):
@@ -69,10 +69,10 @@ def test_vcr_released_style_checkpoint_loads_strictly():
 
 def test_unknown_module_lists_known_ones():
     from vcr.function.config import load_config
-    from vcr.modules import build_model
+    from vcr.modules import MODELS
     config = load_config(os.path.join(CFGS, 'vcr', 'base_q2a_4x16G_fp32.yaml'), TINY + ['MODULE', 'Nope'])
     with pytest.raises(KeyError, match="'Nope'.*known: ResNetVLBERT"):
-        build_model(config)
+        MODELS.build(config)
 
 
 def test_random_init_warns_and_missing_bert_folder_is_named():

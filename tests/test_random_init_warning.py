@@ -8,7 +8,7 @@ from yacs.config import CfgNode
 
 from common import checkpoint as ck
 from common.engine import Task, build_model, load_for_inference
-from common.module import RandomInitWarning, held_random_init_warnings, warn_random_init
+from common.modeling.module import RandomInitWarning, held_random_init_warnings, warn_random_init
 
 MESSAGE = "NETWORK.IMAGE_PRETRAINED is empty: the backbone keeps its random initialisation"
 

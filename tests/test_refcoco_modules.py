@@ -10,7 +10,7 @@ from common.data.build import build_dataset, make_dataloader
 import refcoco.data  # noqa: F401  (registers the 'refcoco+' dataset)
 from refcoco.function.config import load_config
 from refcoco.metrics import RefAccuracy, grounding_correct
-from refcoco.modules import build_model
+from refcoco.modules import MODELS
 from refcoco.modules.resnet_vlbert_for_refcoco import PADDED_LOGIT, pack_expression
 from tests.refcoco_fixture import write_refcoco
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:NETWORK.*(BERT_MODEL_NAME|IMAGE_
 
 def build(opts, cfg_file="base_gt_boxes_4x16G.yaml"):
     torch.manual_seed(0)
-    return build_model(load_config(os.path.join(CFGS, cfg_file), opts))
+    return MODELS.build(load_config(os.path.join(CFGS, cfg_file), opts))
 
 
 def test_base_state_dict_equals_reference():
@@ -120,7 +120,7 @@ def test_fixture_data_through_loader_model_and_accuracy(tmp_path):
                            opts + ["NETWORK.BERT_MODEL_NAME", os.path.join(root, "bert")])
     dataset = build_dataset(data_cfg, "val")
     loader = make_dataloader(cfg, "val", dataset=dataset)
-    model = build_model(cfg).eval()
+    model = MODELS.build(cfg).eval()
     metric = RefAccuracy(dataset.referred_boxes, allreduce=False)
     correct = []
     with torch.no_grad():

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.models import resnet as tv_resnet
 
-from common.backbone import (FrozenBatchNorm2d, build_resnet, convert_frozen_batchnorm, freeze_stages,
+from common.modeling.backbone import (FrozenBatchNorm2d, build_resnet, convert_frozen_batchnorm, freeze_stages,
                              load_resnet_weights, resnet_channels)
 
 torch.set_num_threads(1)

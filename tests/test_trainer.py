@@ -1,4 +1,4 @@
-"""common.trainer: accumulation, skipping, divergence guard, mixed precision, resume, logging, callbacks."""
+"""common.trainer: accumulation, skipping, divergence guard, mixed precision, resume, logging, hooks."""
 import copy
 import logging
 import os
@@ -11,11 +11,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from common import amp
-from common.callbacks.speedometer import Speedometer
-from common.callbacks.validation_monitor import ValidationMonitor
+from common.hooks.base import HookBase
+from common.hooks.lr_scheduler import LRSchedulerHook
+from common.hooks.speedometer import Speedometer
+from common.hooks.tensorboard import TensorBoardHook
+from common.hooks.validation_monitor import ValidationMonitor
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.eval_metric import EvalMetric
-from common.trainer import TrainingDivergedError, TrainState, train
+from common.train_state import check_train_state, new_train_state
+from common.trainer import Trainer, TrainingDivergedError
 
 LOGGER = logging.getLogger("test_trainer")
 
@@ -66,9 +70,40 @@ class GradRecorder:
         self.grads.append([p.grad.clone() for g in optimizer.param_groups for p in g["params"]])
 
 
-def _run(model, optimizer, loader, k=1, epochs=1, **kwargs):
-    return train(model, optimizer, kwargs.pop("lr_scheduler", None), loader, kwargs.pop("train_sampler", None),
-                 kwargs.pop("metrics", None), 0, epochs, LOGGER, gradient_accumulate_steps=k, **kwargs)
+class OnBatch(HookBase):
+    """Calls ``fn(ctx)`` after every micro-batch."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def after_batch(self, ctx):
+        self.fn(ctx)
+
+
+class OnEpoch(HookBase):
+    """Calls ``fn(ctx)`` after every epoch."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def after_epoch(self, ctx):
+        self.fn(ctx)
+
+
+def _precision(dtype="float16", loss_scale="dynamic"):
+    """The engine's explicit mixed precision on the CPU: (autocast, scaler)."""
+    return amp.build_precision(True, dtype, "cpu", loss_scale=loss_scale, min_loss_scale=128.)
+
+
+def _run(model, optimizer, loader, k=1, epochs=1, lr_scheduler=None, validation_monitor=None, hooks=(),
+         state=None, precision=None, **kwargs):
+    """Train as the engine does: the validation, LR and TensorBoard hooks first, then ``hooks``."""
+    autocast, scaler = precision or (amp.autocast_context("cpu", "float32"), None)
+    all_hooks = ([validation_monitor] if validation_monitor else []) + [LRSchedulerHook(validation_monitor),
+                                                                         TensorBoardHook()] + list(hooks)
+    trainer = Trainer(model, optimizer, loader, scaler=scaler, autocast=autocast, hooks=all_hooks,
+                      lr_scheduler=lr_scheduler, grad_accumulate_steps=k, logger=LOGGER, **kwargs)
+    return trainer.train(0, epochs, state)
 
 
 def _full_grads(model, batches):
@@ -98,14 +133,14 @@ def test_seven_batches_k4_two_steps_last_normalised_by_three():
     opt = torch.optim.SGD(model.parameters(), lr=0.)  # params fixed: grads comparable to one model
     rec = GradRecorder(opt)
     state = _run(model, opt, batches, k=4)
-    assert len(rec.grads) == 2 and state.global_step == 2
+    assert len(rec.grads) == 2 and state["global_step"] == 2
     for got, group in zip(rec.grads, (batches[:4], batches[4:])):
         for g, e in zip(got, _full_grads(model, group)):
             torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-7)
 
 
 class EpochTagSampler:
-    """Records set_epoch; the loader tags each batch with it."""
+    """Records set_epoch (the trainer calls it on the loader's batch sampler); the loader tags each batch."""
     epoch = None
 
     def set_epoch(self, epoch):
@@ -115,6 +150,7 @@ class EpochTagSampler:
 class TaggedLoader:
     def __init__(self, n, sampler):
         self.n, self.sampler, self.base = n, sampler, _batches(n, 1)
+        self.batch_sampler = sampler
 
     def __len__(self):
         return self.n
@@ -135,12 +171,12 @@ def test_groups_never_span_epochs():
 
     opt.register_step_pre_hook(close_group)
     sampler = EpochTagSampler()
-    state = _run(model, opt, TaggedLoader(63, sampler), k=8, epochs=2, train_sampler=sampler)
+    state = _run(model, opt, TaggedLoader(63, sampler), k=8, epochs=2)
     assert [len(g) for g in groups] == ([8] * 7 + [7]) * 2
     for g in groups:
         assert len({epoch for epoch, _ in g}) == 1
     assert groups[7][-1] == [0, 62] and groups[8][0] == [1, 0]
-    assert (state.epoch, state.epoch_batch, state.global_step) == (2, 0, 16)
+    assert (state["epoch"], state["epoch_batch"], state["global_step"]) == (2, 0, 16)
 
 
 def _poison(batches, indices):
@@ -154,18 +190,17 @@ def test_inf_gradient_skips_step_and_keeps_everything(loss_scale):
     model = Toy()
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1. / (s + 1))
-    model, opt = amp.initialize(model, opt, loss_scale=loss_scale, min_loss_scale=128.)
-    scaler = amp.scaler_of(opt)
+    autocast, scaler = precision = _precision(loss_scale=loss_scale)
     snaps = []
 
-    def snapshot(param):
+    def snapshot(ctx):
         snaps.append((copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()),
                       sched.last_epoch, scaler.scale))
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        state = _run(model, opt, _poison(_batches(3, 4), [1]), lr_scheduler=sched, fp16=True,
-                     batch_end_callbacks=snapshot)
+        state = _run(model, opt, _poison(_batches(3, 4), [1]), lr_scheduler=sched, precision=precision,
+                     hooks=[OnBatch(snapshot)])
     (m0, o0, s0, scale0), (m1, o1, s1, scale1), (_, o2, s2, _) = snaps
     for k in m0:
         assert torch.equal(m0[k], m1[k])
@@ -175,18 +210,17 @@ def test_inf_gradient_skips_step_and_keeps_everything(loss_scale):
     assert s0 == s1 == 1 and s2 == 2
     assert o2["state"][0]["step"].item() == 2
     assert scale1 == (scale0 / 2 if loss_scale == "dynamic" else scale0)
-    assert (state.global_step, state.skipped_steps, state.consecutive_skips) == (2, 1, 0)
+    assert (state["global_step"], state["skipped_steps"], state["consecutive_skips"]) == (2, 1, 0)
 
 
 def test_divergence_guard_fires_after_n_consecutive_skips():
     model = Toy()
-    model, opt = amp.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_scale="dynamic",
-                                min_loss_scale=128.)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     batches = _poison(_batches(10, 2), range(2, 10))
     attempts = []
     with pytest.raises(TrainingDivergedError) as err:
-        _run(model, opt, batches, fp16=True, max_consecutive_skips=5,
-             batch_end_callbacks=lambda p: attempts.append(p.nbatch))
+        _run(model, opt, batches, precision=_precision(), max_consecutive_skips=5,
+             hooks=[OnBatch(lambda ctx: attempts.append(ctx.micro_batch))])
     msg = str(err.value)
     assert attempts == [0, 1, 2, 3, 4, 5]  # raised in the step of batch 6 (5th skip in a row)
     # Batch 0 overflows fp16 at the initial 2**16 scale (halved), batch 1 is applied, batches 2-6
@@ -212,25 +246,23 @@ def test_fp16_dynamic_with_clipping_tracks_fp32():
     batches = _batches(30, 8, scale=30.)  # large targets: the norm is far above max_norm
     # fp16 first: the dynamic scale starts at 2**16 and overflows a few times before it settles.
     model16 = Toy()
-    model16, opt16 = amp.initialize(model16, torch.optim.SGD(model16.parameters(), lr=0.05),
-                                    loss_scale="dynamic", min_loss_scale=128.)
+    opt16 = torch.optim.SGD(model16.parameters(), lr=0.05)
     writer16, applied = FakeWriter(), []
     steps = [0]
 
-    def record_applied(param):
-        if param.state.global_step > steps[0]:
-            applied.append(param.nbatch)
-        steps[0] = param.state.global_step
+    def record_applied(ctx):
+        if ctx.state["global_step"] > steps[0]:
+            applied.append(ctx.micro_batch)
+        steps[0] = ctx.state["global_step"]
 
-    state = _run(model16, opt16, batches, fp16=True, clip_grad_norm=1., writer=writer16,
-                 batch_end_callbacks=record_applied)
-    assert state.skipped_steps > 0 and state.global_step >= 20
+    state = _run(model16, opt16, batches, precision=_precision(), clip_grad_norm=1., writer=writer16,
+                 hooks=[OnBatch(record_applied)])
+    assert state["skipped_steps"] > 0 and state["global_step"] >= 20
     applied = applied[:20]
     # fp32 on the same 20 batches the fp16 run applied (skipped steps leave the params alone).
     model16_at_20 = Toy()
-    model16_at_20, opt = amp.initialize(model16_at_20, torch.optim.SGD(model16_at_20.parameters(), lr=0.05),
-                                        loss_scale="dynamic", min_loss_scale=128.)
-    _run(model16_at_20, opt, batches[:applied[-1] + 1], fp16=True, clip_grad_norm=1.)
+    opt = torch.optim.SGD(model16_at_20.parameters(), lr=0.05)
+    _run(model16_at_20, opt, batches[:applied[-1] + 1], precision=_precision(), clip_grad_norm=1.)
     model32, writer32 = Toy(), FakeWriter()
     _run(model32, torch.optim.SGD(model32.parameters(), lr=0.05), [batches[i] for i in applied],
          clip_grad_norm=1., writer=writer32)
@@ -245,9 +277,9 @@ def test_fp16_dynamic_with_clipping_tracks_fp32():
 
 def test_bf16_trains_without_scaling():
     model = Toy()
-    model, opt = amp.initialize(model, torch.optim.SGD(model.parameters(), lr=0.05), dtype="bfloat16")
-    state = _run(model, opt, _batches(4, 4), fp16=True)
-    assert amp.scaler_of(opt).scale == 1. and state.global_step == 4
+    autocast, scaler = precision = _precision("bfloat16")
+    state = _run(model, torch.optim.SGD(model.parameters(), lr=0.05), _batches(4, 4), precision=precision)
+    assert scaler.scale == 1. and state["global_step"] == 4
 
 
 class SkippableBatchSampler:
@@ -288,47 +320,44 @@ def test_resume_mid_epoch_matches_uninterrupted_run(use_skip):
 
     saved = {}
 
-    def save_at_8(param):
-        if param.epoch == 1 and param.nbatch == 7 and param.add_step:
-            ctx = param.context
+    def save_at_8(ctx):
+        if ctx.epoch == 1 and ctx.micro_batch == 7 and ctx.step_ended:
             saved.update(model=copy.deepcopy(ctx.net.state_dict()), opt=copy.deepcopy(ctx.optimizer.state_dict()),
-                         sched=ctx.lr_scheduler.state_dict(), state=ctx.state.state_dict(),
+                         sched=ctx.lr_scheduler.state_dict(), state=dict(ctx.state),
                          scaler=ctx.scaler.state_dict())
             raise KeyboardInterrupt
 
     m1, o1, s1 = fresh()
     with pytest.raises(KeyboardInterrupt):
-        _run(m1, o1, loader(), k=2, epochs=2, lr_scheduler=s1, batch_end_callbacks=save_at_8)
+        _run(m1, o1, loader(), k=2, epochs=2, lr_scheduler=s1, hooks=[OnBatch(save_at_8)])
     assert saved["state"]["epoch"] == 1 and saved["state"]["epoch_batch"] == 8
 
     m2, o2, s2 = fresh()
     m2.load_state_dict(saved["model"])
     o2.load_state_dict(saved["opt"])
     s2.load_state_dict(saved["sched"])
-    state = TrainState()
-    state.load_state_dict(saved["state"])
+    state = check_train_state(saved["state"])
     resumed_loader = loader()
     seen = []
     resumed = _run(m2, o2, resumed_loader, k=2, epochs=2, lr_scheduler=s2, state=state,
-                   batch_end_callbacks=lambda p: seen.append((p.epoch, p.nbatch)))
+                   hooks=[OnBatch(lambda ctx: seen.append((ctx.epoch, ctx.micro_batch)))])
     assert seen == [(1, i) for i in range(8, 12)]
     if use_skip:
         assert resumed_loader.batch_sampler.skipped == [8]
-    assert resumed.state_dict() == full.state_dict()
+    assert resumed == full
     for a, b in zip(model.parameters(), m2.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_train_state_round_trip_and_missing_key():
-    state = TrainState(epoch=3, epoch_batch=16, global_step=100, skipped_steps=2, consecutive_skips=1,
-                       last_finite_loss=0.25)
-    other = TrainState()
-    other.load_state_dict(state.state_dict())
+    state = new_train_state(epoch=3, epoch_batch=16, global_step=100, skipped_steps=2, consecutive_skips=1,
+                            last_finite_loss=0.25)
+    other = check_train_state(dict(state))
     assert other == state
-    broken = state.state_dict()
+    broken = dict(state)
     del broken["global_step"]
     with pytest.raises(KeyError, match="global_step"):
-        TrainState().load_state_dict(broken)
+        check_train_state(broken)
 
 
 def test_logging_speedometer_and_epoch_callbacks(capsys):
@@ -338,12 +367,11 @@ def test_logging_speedometer_and_epoch_callbacks(capsys):
     writer = FakeWriter()
     epoch_calls = []
 
-    def epoch_cb(epoch, net, optimizer, writer, validation_monitor=None, state=None, lr_scheduler=None, scaler=None):
-        epoch_calls.append((epoch, state.epoch, state.epoch_batch, scaler.scale))
+    def epoch_cb(ctx):
+        epoch_calls.append((ctx.epoch, ctx.state["epoch"], ctx.state["epoch_batch"], ctx.scaler.scale))
 
     _run(model, opt, _batches(6, 2), k=2, metrics=metrics, writer=writer,
-         batch_end_callbacks=[Speedometer(2, frequent=2, batches_per_epoch=6, epochs=1)],
-         epoch_end_callbacks=epoch_cb)
+         hooks=[Speedometer(2, frequent=2, batches_per_epoch=6, epochs=1), OnEpoch(epoch_cb)])
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("Epoch[0] Batch [0]\tSpeed: - samples/sec ETA: - d - h - m\tTrain-MSE=")
     assert out[1].startswith("Epoch[0] Batch [2]\tSpeed: ") and " samples/s ETA: 0 d  0 h  0 m\tData: " in out[1]
@@ -380,7 +408,7 @@ def test_plateau_steps_on_validation_metric_each_epoch():
     monitor = ValidationMonitor(val_func, None, CompositeEvalMetric([Const("Acc")]))
     lrs = []
     _run(model, opt, _batches(2, 2), epochs=3, lr_scheduler=sched, validation_monitor=monitor,
-         epoch_end_callbacks=lambda e, n, o, w, **kw: lrs.append(o.param_groups[0]["lr"]))
+         hooks=[OnEpoch(lambda ctx: lrs.append(ctx.optimizer.param_groups[0]["lr"]))])
     assert lrs == pytest.approx([1., 0.1, 0.01])
     assert monitor.state_dict() == {"best_epoch": 0, "best_val": 0.5}
 
@@ -390,8 +418,6 @@ def test_bad_arguments():
     opt = torch.optim.SGD(model.parameters(), lr=1.)
     with pytest.raises(ValueError, match="GRAD_ACCUMULATE_STEPS"):
         _run(model, opt, _batches(2, 2), k=0)
-    with pytest.raises(ValueError, match="amp.initialize"):
-        _run(model, opt, _batches(2, 2), fp16=True)
     with pytest.raises(ValueError, match="validation monitor"):
         _run(model, opt, _batches(2, 2), lr_scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau(opt))
 

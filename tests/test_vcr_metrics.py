@@ -2,7 +2,8 @@ import math
 
 import torch
 
-from common.metrics.vcr_metrics import Accuracy, JointAccuracy, LossLogger
+from common.metrics.loss_logger import LossLogger
+from vcr.function.metrics import Accuracy, JointAccuracy
 
 
 def test_accuracy_ignores_minus_one_and_accumulates():

@@ -5,9 +5,9 @@ import torch
 from pytorch_pretrained_bert.modeling import BertConfig, BertEncoder as ReferenceEncoder
 from yacs.config import CfgNode
 
-from common.nlp.modeling import BertEncoder, attention_bias
-from common.nlp.time_distributed import TimeDistributed
-from common.visual_linguistic_bert import NUM_SPECIAL_WORDS, VisualLinguisticBert, VisualLinguisticBertForPretraining
+from common.modeling.nlp.modeling import BertEncoder, attention_bias
+from common.modeling.nlp.time_distributed import TimeDistributed
+from common.modeling.visual_linguistic_bert import NUM_SPECIAL_WORDS, VisualLinguisticBert, VisualLinguisticBertForPretraining
 
 BERT_KEYS = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, hidden_act='gelu',
                  hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, max_position_embeddings=64,
@@ -100,7 +100,7 @@ def test_attention_probs_path_stays_finite_when_raw_scores_pass_fp16_max(mode):
     """Raw q.k of ~1.6e5 (past fp16's 65504) but scaled scores of ~2e4: both attention paths must
     stay finite and agree with each other and the fp32 result within fp16 tolerance (the scores
     themselves are only good to fp16's spacing of 16 there, so the probabilities are not compared)."""
-    from common.nlp.modeling import BertSelfAttention
+    from common.modeling.nlp.modeling import BertSelfAttention
     torch.manual_seed(0)
     layer = BertSelfAttention(CfgNode(dict(BERT_KEYS, hidden_size=128, num_attention_heads=2,
                                            attention_probs_dropout_prob=0.0))).eval()  # head size 64

@@ -24,11 +24,13 @@ from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E40
 
 from common import amp  # noqa: E402
 from common import checkpoint as ck  # noqa: E402
-from common.callbacks.checkpoint import checkpoint_callbacks  # noqa: E402
+from common.hooks.base import HookBase  # noqa: E402
+from common.hooks.checkpoint import checkpoint_hooks  # noqa: E402
+from common.hooks.lr_scheduler import LRSchedulerHook  # noqa: E402
 from common.cli import config_from_args, setup_output, train_argument_parser  # noqa: E402
 from common.data.samplers import make_batch_sampler  # noqa: E402
 from common import distributed as cdist  # noqa: E402
-from common.trainer import train  # noqa: E402
+from common.trainer import Trainer  # noqa: E402
 from vcr.function.config import load_config  # noqa: E402
 
 
@@ -85,16 +87,19 @@ class Net(nn.Module):
         return {"logits": logits}, nn.functional.cross_entropy(logits, y)
 
 
-def fault_injection_callbacks(rank):
-    kill_after = int(os.environ.get("TINY_KILL_AFTER_STEP", -1))
-    fail_rank = int(os.environ.get("TINY_FAIL_RANK", -1))
+class FaultInjection(HookBase):
+    """SIGKILL after optimizer step TINY_KILL_AFTER_STEP; raise on rank TINY_FAIL_RANK."""
 
-    def inject(param):
-        if param.add_step and param.state.global_step == kill_after:
+    def __init__(self, rank):
+        self.rank = rank
+        self.kill_after = int(os.environ.get("TINY_KILL_AFTER_STEP", -1))
+        self.fail_rank = int(os.environ.get("TINY_FAIL_RANK", -1))
+
+    def after_batch(self, ctx):
+        if ctx.step_ended and ctx.state["global_step"] == self.kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
-        if rank == fail_rank:
-            raise RuntimeError("injected failure on rank {}".format(rank))
-    return [inject]
+        if self.rank == self.fail_rank:
+            raise RuntimeError("injected failure on rank {}".format(self.rank))
 
 
 def kill_in_save(n):
@@ -138,21 +143,20 @@ def main():
     scaler = amp.LossScaler("dynamic", min_loss_scale=128., growth_interval=3)
     model = nn.parallel.DistributedDataParallel(net) if dist_ctx.distributed else net
 
-    epoch_end, batch_end = checkpoint_callbacks(prefix, cfg)
     resumed = ck.resume_training(prefix, cfg.TRAIN, model, optimizer, scaler, lr_scheduler,
                                  steps_per_epoch=steps_per_epoch)
     if resumed is not None:
-        logger.info("RESUMED %s epoch %d batch %d", os.path.basename(resumed.path), resumed.state.epoch,
-                    resumed.state.epoch_batch)
-    state = train(model, optimizer, lr_scheduler, loader, batch_sampler, None, cfg.TRAIN.BEGIN_EPOCH,
-                  cfg.TRAIN.END_EPOCH, logger, rank=rank if world > 1 else None,
-                  batch_end_callbacks=batch_end + fault_injection_callbacks(rank), epoch_end_callbacks=epoch_end,
-                  clip_grad_norm=cfg.TRAIN.CLIP_GRAD_NORM, gradient_accumulate_steps=k,
-                  state=resumed.state if resumed else None, scaler=scaler)
+        logger.info("RESUMED %s epoch %d batch %d", os.path.basename(resumed.path), resumed.state["epoch"],
+                    resumed.state["epoch_batch"])
+    hooks = [LRSchedulerHook()] + checkpoint_hooks(prefix, cfg) + [FaultInjection(rank)]
+    trainer = Trainer(model, optimizer, loader, scaler=scaler, hooks=hooks, lr_scheduler=lr_scheduler,
+                      rank=rank if world > 1 else None, grad_accumulate_steps=k,
+                      clip_grad_norm=cfg.TRAIN.CLIP_GRAD_NORM, logger=logger)
+    state = trainer.train(cfg.TRAIN.BEGIN_EPOCH, cfg.TRAIN.END_EPOCH, resumed.state if resumed else None)
     if rank == 0:
-        torch.save({"params": ck.model_state_fp32(model), "global_step": state.global_step,
+        torch.save({"params": ck.model_state_fp32(model), "global_step": state["global_step"],
                     "world_size": world}, os.path.join(folder, "final.pt"))
-        logger.info("DONE global_step %d", state.global_step)
+        logger.info("DONE global_step %d", state["global_step"])
     # Leave together: a rank exiting while the others still hold the gloo group can abort them.
     cdist.barrier()
     cdist.cleanup()

@@ -7,9 +7,10 @@ import argparse
 import os
 
 from common.cli import run_main
+from common.engine import test_net
 from vcr.function.config import load_config
 from vcr.function.result_csv import merge_results
-from vcr.function.test import test_net
+from vcr.task import TASK
 
 
 def parse_args():
@@ -51,7 +52,7 @@ def main():
                                      ("QA2R", args.r_cfg, args.r_ckpt, args.r_bs)):
         if ckpt:
             cfg = _config(cfg_path, task, bs, args)
-            results[task] = test_net(cfg, ckpt, args.result_path, args.result_name, fp16=args.fp16)
+            results[task] = test_net(TASK, cfg, ckpt, args.result_path, args.result_name, fp16=args.fp16)
     if len(results) == 2:
         merged = os.path.join(args.result_path, "{}_test_result_Q2AR.csv".format(args.result_name))
         merge_results(results["Q2A"], results["QA2R"], merged)

@@ -11,6 +11,7 @@ import argparse
 from common.cli import run_main
 from vcr.function.config import load_config
 from vcr.function.test import val_correct
+from vcr.task import TASK
 
 
 NAMES = {"Q2A": "Q->A", "QA2R": "QA->R"}
@@ -31,7 +32,7 @@ def main():
         if ckpt:
             cfg = load_config(cfg_path, args.opts)
             task = cfg.DATASET.TASK
-            correct[task] = val_correct(cfg, ckpt)
+            correct[task] = val_correct(TASK, cfg, ckpt)
             print("{} accuracy on val: {:.4f}".format(NAMES.get(task, task), correct[task].float().mean().item()))
     if not correct:
         parser.error("give --a-cfg/--a-ckpt, --r-cfg/--r-ckpt, or both")

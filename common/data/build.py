@@ -10,20 +10,20 @@ generator its random transforms draw from); everything else here is shared
 import torch
 from torch.utils.data import DataLoader
 
+from common.registry import Registry
+
 from .collate import BatchCollator
 from .samplers import make_batch_sampler
 from .transforms import build_transforms
 
-_DATASETS = {}
+DATASETS = Registry("dataset", key="DATASET.DATASET",
+                    hint=" (import the task's data package, e.g. vcr.data, to register it)")
 MODES = ("train", "val", "test")
 
 
 def register_dataset(name, cls):
     """Make ``cls`` the dataset of ``DATASET.DATASET == name``; ValueError on a second one."""
-    if name in _DATASETS and _DATASETS[name] is not cls:
-        raise ValueError("dataset '{}' is already registered as {}".format(name, _DATASETS[name].__name__))
-    _DATASETS[name] = cls
-    return cls
+    return DATASETS.register(cls, name)
 
 
 def build_dataset(cfg, mode):
@@ -34,11 +34,8 @@ def build_dataset(cfg, mode):
     """
     if mode not in MODES:
         raise ValueError("mode must be one of {}, got {!r}".format(MODES, mode))
-    name = cfg.DATASET.DATASET
-    if name not in _DATASETS:
-        raise KeyError("DATASET.DATASET '{}' is not a registered dataset; known: {} (import the task's data "
-                       "package, e.g. vcr.data, to register it)".format(name, ", ".join(sorted(_DATASETS)) or "(none)"))
-    return _DATASETS[name].from_config(cfg, mode, build_transforms(cfg, mode))
+    cls = DATASETS.get(cfg.DATASET.DATASET)
+    return cls.from_config(cfg, mode, build_transforms(cfg, mode))
 
 
 def _batch_size(cfg, mode):

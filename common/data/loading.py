@@ -41,3 +41,35 @@ def load_json(path):
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UserInputError("invalid JSON in '{}': {}".format(path, e)) from None
+
+
+def read_json_lines(path, required=(), error=UserInputError, context=""):
+    """The JSON objects of a JSON-lines file, one per non-blank line (blank lines skipped).
+
+    Args:
+        path: the file (must exist).
+        required: field names every object must have.
+        error: exception class raised for a bad line (a :class:`UserInputError` subclass).
+        context: appended to the missing-field message, e.g. ``' (task Q2A)'``.
+    Yields:
+        ``(line_no, where, obj)``: 1-based line number, ``'<path> line <n>'`` for the caller's
+        own messages, and the parsed dict.
+    Raises:
+        error: a line that is not valid JSON, not an object, or lacks a required field (the
+            message names the file and line).
+    """
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = "{} line {}".format(path, line_no)
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise error("{}: not valid JSON ({})".format(where, e)) from None
+            if not isinstance(obj, dict):
+                raise error("{}: expected a JSON object, got {}".format(where, type(obj).__name__))
+            missing = [k for k in required if k not in obj]
+            if missing:
+                raise error("{}: missing field(s) {}{}".format(where, ", ".join(missing), context))
+            yield line_no, where, obj

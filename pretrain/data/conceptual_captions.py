@@ -19,7 +19,6 @@ sharded archive name ``train_frcnn.3.zip@/`` as the folder ``train_frcnn/``), as
 """
 import base64
 import binascii
-import json
 import os
 import re
 from collections import namedtuple
@@ -27,7 +26,7 @@ from collections import namedtuple
 import numpy as np
 import torch
 
-from common.data.loading import load_json
+from common.data.loading import load_json, read_json_lines
 from common.errors import UserInputError
 
 PREPARE_DOC = "data/PREPARE_DATA.md"
@@ -80,29 +79,16 @@ def read_caption_index(ann_file, data_path, zip_mode=False):
         raise FileNotFoundError("Conceptual Captions index '{}' not found (DATASET.DATASET_PATH / "
                                 "{{IMAGE_SET}}_frcnn.json); see {}".format(ann_file, PREPARE_DOC))
     records = []
-    with open(ann_file, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = "{} line {}".format(ann_file, line_no)
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise CaptionDataError("{}: not valid JSON ({})".format(where, e)) from None
-            if not isinstance(item, dict):
-                raise CaptionDataError("{}: expected a JSON object, got {}".format(where, type(item).__name__))
-            missing = [k for k in ("image", "caption", "frcnn") if k not in item]
-            if missing:
-                raise CaptionDataError("{}: missing field(s) {}".format(where, ", ".join(missing)))
-            for key in ("image", "frcnn"):
-                if not isinstance(item[key], str) or not item[key]:
-                    raise CaptionDataError("{}: '{}' must be a path (non-empty string), got {!r}".format(
-                        where, key, item[key]))
-            caption = item["caption"]
-            if not (isinstance(caption, list) and all(isinstance(t, str) for t in caption)):
-                raise CaptionDataError("{}: 'caption' must be a list of token strings, got {!r}".format(where, caption))
-            records.append(CaptionRecord(local_path(data_path, item["image"], zip_mode), caption,
-                                         local_path(data_path, item["frcnn"], zip_mode), line_no))
+    for line_no, where, item in read_json_lines(ann_file, ("image", "caption", "frcnn"), CaptionDataError):
+        for key in ("image", "frcnn"):
+            if not isinstance(item[key], str) or not item[key]:
+                raise CaptionDataError("{}: '{}' must be a path (non-empty string), got {!r}".format(
+                    where, key, item[key]))
+        caption = item["caption"]
+        if not (isinstance(caption, list) and all(isinstance(t, str) for t in caption)):
+            raise CaptionDataError("{}: 'caption' must be a list of token strings, got {!r}".format(where, caption))
+        records.append(CaptionRecord(local_path(data_path, item["image"], zip_mode), caption,
+                                     local_path(data_path, item["frcnn"], zip_mode), line_no))
     return records
 
 

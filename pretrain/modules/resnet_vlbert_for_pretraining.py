@@ -4,10 +4,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common.fast_rcnn import FastRCNN
+from common.modeling.fast_rcnn import FastRCNN
 from common.losses import masked_lm_loss, mvrc_loss, pad_to
-from common.visual_linguistic_bert import VisualLinguisticBertForPretraining
-from common.vlbert_module import VLBertModule, collect_obj_reps
+from common.modeling.visual_linguistic_bert import VisualLinguisticBertForPretraining
+from common.modeling.vlbert_module import VLBertModule, collect_obj_reps
 
 # Width of precomputed Faster R-CNN box features (and of their mask embedding).
 BOX_FEATURE_DIM = 2048

@@ -5,7 +5,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common.losses import masked_lm_loss, mvrc_loss, pad_to
-from common.vlbert_module import collect_obj_reps
+from common.modeling.vlbert_module import collect_obj_reps
 from .resnet_vlbert_for_pretraining import PAD_LOGIT, ResNetVLBERTForPretraining
 
 

@@ -5,10 +5,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common.fast_rcnn import FastRCNN
-from common.nlp.heads import MVRCHeadTransform
-from common.visual_linguistic_bert import VisualLinguisticBert
-from common.vlbert_module import VLBertModule, collect_obj_reps, object_linguistic_embedding
+from common.modeling.fast_rcnn import FastRCNN
+from common.modeling.nlp.heads import MVRCHeadTransform
+from common.modeling.visual_linguistic_bert import VisualLinguisticBert
+from common.modeling.vlbert_module import VLBertModule, collect_obj_reps, object_linguistic_embedding
 
 # Logit given to padded box slots, so that no argmax ever picks one (the reference's fill value).
 PADDED_LOGIT = -10000.0

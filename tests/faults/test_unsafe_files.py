@@ -12,8 +12,8 @@ from yacs.config import CfgNode
 
 from common import checkpoint as ck
 from common.engine import load_for_inference
-from common.fast_rcnn import FastRCNN
-from common.nlp.bert_loading import language_pretrained_weights, read_bert_weights
+from common.modeling.fast_rcnn import FastRCNN
+from common.modeling.nlp.bert_loading import language_pretrained_weights, read_bert_weights
 from common.safe_load import UnreadableFileError, load_pickle, load_tensors
 from tests.conftest import ROOT
 from tests.faults import harness, tiny_task

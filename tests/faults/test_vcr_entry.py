@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from common import checkpoint as ck
-from common.module import RandomInitWarning
+from common.modeling.module import RandomInitWarning
 from tests.conftest import ROOT
 from tests.faults import vcr_data
 from tests.faults.test_unsafe_files import payloads, refused, write_evil

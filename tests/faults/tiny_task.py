@@ -38,14 +38,16 @@ from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E40
 
 from common import safe_write  # noqa: E402
 from common.cli import config_from_args, run_main, train_argument_parser  # noqa: E402
-from common.config import common_defaults, task_api  # noqa: E402
+from common.config import common_defaults  # noqa: E402
 from common.data.build import register_dataset  # noqa: E402
 from common.data.samplers import resolve_key  # noqa: E402
-from common.engine import Task, train_net  # noqa: E402
+from common.engine import train_net  # noqa: E402
 from common.metrics.composite_eval_metric import CompositeEvalMetric  # noqa: E402
-from common.metrics.vcr_metrics import Accuracy, LossLogger  # noqa: E402
-from common.module import Module  # noqa: E402
+from common.metrics.loss_logger import LossLogger  # noqa: E402
+from common.modeling.module import Module  # noqa: E402
 from common.registry import Registry  # noqa: E402
+from common.task import Task  # noqa: E402
+from vcr.function.metrics import Accuracy  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
 FEATURES = 8
@@ -163,16 +165,23 @@ class TinyNet(Module):
         return {"label_logits": self.mlp(x)}
 
 
-def build_metrics(cfg, for_training):
-    metrics = CompositeEvalMetric([Accuracy("Acc")])
-    if for_training:
-        metrics.add(LossLogger("ans_loss", "AnsLoss"))
-    return metrics
+class TinyTask(Task):
+    """The tiny task: shared defaults, the registered 'faults_tiny' data, TinyNet, accuracy and its loss."""
+    name = "faults_tiny"
+    models = Registry("faults.tiny", [TinyNet])
+
+    def defaults(self):
+        return common_defaults()
+
+    def build_metrics(self, cfg, for_training):
+        metrics = CompositeEvalMetric([Accuracy("Acc")])
+        if for_training:
+            metrics.add(LossLogger("ans_loss", "AnsLoss"))
+        return metrics
 
 
 register_dataset("faults_tiny", TinyData)
-TINY_TASK = Task(build_model=Registry("faults.tiny", [TinyNet]).build, build_metrics=build_metrics)
-load_config = task_api(common_defaults)[2]
+TINY_TASK = TinyTask()
 
 
 # --------------------------------------------------------------------------------------- faults
@@ -251,7 +260,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     try:
         args = train_argument_parser("tiny fault-test task").parse_args(argv)
-        train_net(args, config_from_args(args, load_config), TINY_TASK)
+        train_net(args, config_from_args(args, TINY_TASK.load_config), TINY_TASK)
     finally:
         torch.set_num_threads(threads)
 

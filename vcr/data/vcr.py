@@ -6,7 +6,6 @@ metadata JSON with ``boxes`` (``[x1, y1, x2, y2, score]``), ``segms`` (polygons)
 the object's name (people get gender-neutral first names) and its word pieces carry the index
 of the object's box, which is how VL-BERT grounds text in regions.
 """
-import json
 import os
 
 import numpy as np
@@ -15,7 +14,7 @@ from PIL import Image, ImageDraw
 from pytorch_pretrained_bert import BasicTokenizer
 from torch.utils.data import Dataset
 
-from common.data.loading import load_image, load_json
+from common.data.loading import load_image, load_json, read_json_lines
 from common.data.samplers import resolve_key
 from common.errors import UserInputError
 from common.data.tokenizer import build_tokenizer
@@ -223,34 +222,21 @@ class VCRDataset(Dataset):
                                     " see {}".format(self.ann_file, PREPARE_DOC))
         fields = self._required_fields()
         annotations = []
-        with open(self.ann_file, encoding="utf-8") as f:
-            for line_no, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = "{} line {}".format(self.ann_file, line_no)
-                try:
-                    ann = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise VCRDataError("{}: not valid JSON ({})".format(where, e)) from None
-                if not isinstance(ann, dict):
-                    raise VCRDataError("{}: expected a JSON object, got {}".format(where, type(ann).__name__))
-                missing = [k for k in fields if k not in ann]
-                if missing:
-                    raise VCRDataError("{}: missing field(s) {} (task {}{})".format(
-                        where, ", ".join(missing), self.task, ", test mode" if self.test_mode else ""))
-                self._check_annotation(ann, where)
-                annotations.append({
-                    "line": line_no,
-                    "annot_id": ann["annot_id"],
-                    "img_fn": os.path.join(self.image_root, ann["img_fn"]),
-                    "metadata_fn": os.path.join(self.image_root, ann["metadata_fn"]),
-                    "objects": ann["objects"],
-                    "question": ann["question"],
-                    "answer_choices": ann["answer_choices"],
-                    "rationale_choices": ann.get("rationale_choices"),
-                    "answer_label": None if self.test_mode else ann["answer_label"],
-                    "rationale_label": None if self.test_mode or self.task == "Q2A" else ann["rationale_label"],
-                })
+        context = " (task {}{})".format(self.task, ", test mode" if self.test_mode else "")
+        for line_no, where, ann in read_json_lines(self.ann_file, fields, VCRDataError, context):
+            self._check_annotation(ann, where)
+            annotations.append({
+                "line": line_no,
+                "annot_id": ann["annot_id"],
+                "img_fn": os.path.join(self.image_root, ann["img_fn"]),
+                "metadata_fn": os.path.join(self.image_root, ann["metadata_fn"]),
+                "objects": ann["objects"],
+                "question": ann["question"],
+                "answer_choices": ann["answer_choices"],
+                "rationale_choices": ann.get("rationale_choices"),
+                "answer_label": None if self.test_mode else ann["answer_label"],
+                "rationale_label": None if self.test_mode or self.task == "Q2A" else ann["rationale_label"],
+            })
         return annotations
 
     def _check_annotation(self, ann, where):
@@ -272,9 +258,6 @@ class VCRDataset(Dataset):
                 raise VCRDataError("{}: {} must be 0..{}, got {!r}".format(where, name, NUM_CHOICES - 1, ann[name]))
 
     # ------------------------------------------------------------------ public helpers
-    def __len__(self):
-        return len(self.annotations)
-
     @property
     def annot_ids(self):
         """``annot_id`` of every item, in index order (for leaderboard files)."""
@@ -305,6 +288,9 @@ class VCRDataset(Dataset):
         rationales = ["rationale_choices", "rationale_align_matrix"] + ([] if self.test_mode else ["rationale_label"])
         middle = {"Q2A": answers, "QA2R": rationales, "Q2AR": answers + rationales}[self.task]
         return image + query + middle + ["im_info"]
+
+    def __len__(self):
+        return len(self.annotations)
 
     # ------------------------------------------------------------------ item
     def _load(self, loader, path, ann):

@@ -1,50 +1,39 @@
-"""VCR evaluation on val (accuracies) and test (leaderboard CSV)."""
-import os
-
+"""VCR evaluation on val (per-item correctness) and test (answer probabilities)."""
 import torch
 import torch.nn.functional as F
 
-from common.data.build import make_dataloader
-from common.engine import load_for_inference
+from common.engine import build_loader, inference_device, load_for_inference
 from common.trainer import to_device
-from vcr.function.result_csv import write_result_csv
-from vcr.function.train import VCR_TASK
 
 # Position of the (conditioned) question and its align matrix in a VCR batch (data_names order).
 QUESTION, QUESTION_ALIGN = 3, 4
 
 
-def _device():
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-
-
 @torch.no_grad()
-def val_correct(cfg, ckpt_path):
+def val_correct(task, cfg, ckpt_path):
     """Which val items the checkpoint answers right (Q->A or QA->R by DATASET.TASK).
 
     Returns:
         Tensor bool (N,), in annotation-file order, so two models' results can be combined
         into Q->AR accuracy (both right).
     """
-    device = _device()
-    model = load_for_inference(VCR_TASK, cfg, ckpt_path, device)
+    device = inference_device()
+    model = load_for_inference(task, cfg, ckpt_path, device)
     correct = []
-    for batch in make_dataloader(cfg, "val"):
+    for batch in build_loader(task, cfg, "val"):
         batch = to_device(list(batch), device)
         label = batch.pop(cfg.DATASET.LABEL_INDEX_IN_BATCH)
         correct.append((model(*batch)["label_logits"].argmax(1) == label.view(-1)).cpu())
     return torch.cat(correct)
 
 
-def _autocast(cfg, device, fp16):
-    dtype = torch.bfloat16 if cfg.TRAIN.FP16_DTYPE == "bfloat16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype, enabled=fp16)
-
-
 @torch.no_grad()
-def test_probabilities(model, loader, task, fp16=False, cfg=None):
+def test_probabilities(model, loader, task, autocast):
     """Softmax probabilities of every test item, in loader order.
 
+    Args:
+        task: DATASET.TASK, 'Q2A' or 'QA2R'.
+        autocast: zero-argument callable giving the forward's context.
     Returns:
         Tensor float32 (N, 4) for 'Q2A'; (N, 16) for 'QA2R', the 4 rationale probabilities
         conditioned on answer 0, then on answer 1, ... (the test items carry one question per
@@ -54,7 +43,7 @@ def test_probabilities(model, loader, task, fp16=False, cfg=None):
     rows = []
     for batch in loader:
         batch = to_device(list(batch), device)
-        with _autocast(cfg, device, fp16):
+        with autocast():
             if task == "Q2A":
                 probs = F.softmax(model(*batch)["label_logits"].float(), dim=1)
             else:
@@ -66,21 +55,3 @@ def test_probabilities(model, loader, task, fp16=False, cfg=None):
                 probs = torch.cat(conditioned, dim=1)
         rows.append(probs.cpu())
     return torch.cat(rows)
-
-
-def test_net(cfg, ckpt_path, save_path, save_name, fp16=False):
-    """Write ``{save_path}/{save_name}_test_result_{TASK}.csv`` for the test split; returns its path.
-
-    Raises:
-        ValueError: DATASET.TASK is not 'Q2A' or 'QA2R' (a Q2AR leaderboard file merges the two).
-    """
-    task = cfg.DATASET.TASK
-    if task not in ("Q2A", "QA2R"):
-        raise ValueError("DATASET.TASK: the test CSV is written per task, 'Q2A' or 'QA2R', got {!r}".format(task))
-    model = load_for_inference(VCR_TASK, cfg, ckpt_path, _device())
-    loader = make_dataloader(cfg, "test")
-    probs = test_probabilities(model, loader, task, fp16=fp16, cfg=cfg)
-    path = os.path.join(save_path, "{}_test_result_{}.csv".format(save_name, task))
-    write_result_csv(path, task, loader.dataset.annot_ids, probs.tolist())
-    print("result csv saved to {}".format(path))
-    return path

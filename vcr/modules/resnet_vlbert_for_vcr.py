@@ -4,12 +4,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common.errors import UserInputError
-from common.fast_rcnn import FastRCNN
-from common.nlp.heads import MVRCHeadTransform
-from common.nlp.modeling import init_bert_weights
-from common.nlp.time_distributed import TimeDistributed
-from common.visual_linguistic_bert import VisualLinguisticBert
-from common.vlbert_module import (NUM_OBJECT_CLASSES, VLBertModule, answer_classifier, collect_obj_reps,
+from common.modeling.fast_rcnn import FastRCNN
+from common.modeling.nlp.heads import MVRCHeadTransform
+from common.modeling.nlp.modeling import init_bert_weights
+from common.modeling.nlp.time_distributed import TimeDistributed
+from common.modeling.visual_linguistic_bert import VisualLinguisticBert
+from common.modeling.vlbert_module import (NUM_OBJECT_CLASSES, VLBertModule, answer_classifier, collect_obj_reps,
                                   object_linguistic_embedding, pack_text_pair)
 
 

@@ -4,9 +4,9 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from common.fast_rcnn import FastRCNN
-from common.visual_linguistic_bert import VisualLinguisticBert
-from common.vlbert_module import (VLBertModule, answer_classifier, collect_obj_reps, object_linguistic_embedding,
+from common.modeling.fast_rcnn import FastRCNN
+from common.modeling.visual_linguistic_bert import VisualLinguisticBert
+from common.modeling.vlbert_module import (VLBertModule, answer_classifier, collect_obj_reps, object_linguistic_embedding,
                                   pack_text_pair)
 
 MLM_TRANSFORM_PREFIX = 'cls.predictions.transform.'

@@ -1,12 +1,12 @@
-"""VCR metrics on the model's outputs dict: Q->A / QA->R accuracy, Q->AR joint accuracy, losses.
+"""VCR metrics on the model's outputs dict: Q->A / QA->R accuracy, Q->AR joint accuracy.
 
-Names follow the reference release (``Acc``, ``JointAcc``; loss loggers named by
-``TRAIN.LOSS_LOGGERS``), so log lines and ``ValidationMonitor(host_metric_name='Acc')`` match.
+Names follow the reference release (``Acc``, ``JointAcc``), so log lines and
+``ValidationMonitor(host_metric_name='Acc')`` match.
 Sums stay tensors on the outputs' device; nothing here waits for the GPU.
 """
 import torch
 
-from .eval_metric import EvalMetric
+from common.metrics.eval_metric import EvalMetric
 
 
 def _correct(logits, label):
@@ -62,23 +62,3 @@ class JointAccuracy(EvalMetric):
             r = outputs["rationale_label_logits"].argmax(1) == outputs["rationale_label"]
             self.sum_metric = self.sum_metric + (a & r).sum()
             self.num_inst = self.num_inst + a.shape[0]
-
-
-class LossLogger(EvalMetric):
-    """Mean over batches of ``outputs[output_name].mean()``; batches without it are skipped
-    (the reference counted them, diluting the mean).
-
-    Args:
-        output_name: key in the outputs dict (``'ans_loss'``).
-        display_name: name in logs (``'AnsLoss'``); defaults to ``output_name``.
-    """
-
-    def __init__(self, output_name, display_name=None, allreduce=True):
-        self.output_name = output_name
-        super().__init__(display_name or output_name, allreduce)
-
-    def update(self, outputs):
-        if self.output_name in outputs:
-            with torch.no_grad():
-                self.sum_metric = self.sum_metric + outputs[self.output_name].detach().float().mean()
-                self.num_inst = self.num_inst + 1

@@ -8,7 +8,7 @@
 import torch
 import torch.nn as nn
 
-from common.nlp.modeling import BertPredictionHeadTransform, activation
+from common.modeling.nlp.modeling import BertPredictionHeadTransform, activation
 
 
 class BertLMPredictionHead(nn.Module):

@@ -5,9 +5,9 @@ import logging
 import torch
 import torch.nn as nn
 
-from common.module import Module
-from common.nlp.bert_loading import language_pretrained_weights, special_token_ids
-from common.nlp.modeling import BertPredictionHeadTransform
+from common.modeling.module import Module
+from common.modeling.nlp.bert_loading import language_pretrained_weights, special_token_ids
+from common.modeling.nlp.modeling import BertPredictionHeadTransform
 
 logger = logging.getLogger(__name__)
 

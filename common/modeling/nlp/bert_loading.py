@@ -17,7 +17,7 @@ import warnings
 
 
 from common.errors import UserInputError
-from common.module import RandomInitWarning
+from common.modeling.module import RandomInitWarning
 from common.safe_load import load_tensors
 
 logger = logging.getLogger(__name__)

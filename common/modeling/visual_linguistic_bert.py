@@ -21,8 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common.nlp.heads import BertOnlyMLMHead, MVRCHead, RelationshipHead
-from common.nlp.modeling import BertEncoder, BertPooler, LayerNorm, attention_bias, init_bert_weights
+from common.modeling.nlp.heads import BertOnlyMLMHead, MVRCHead, RelationshipHead
+from common.modeling.nlp.modeling import BertEncoder, BertPooler, LayerNorm, attention_bias, init_bert_weights
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class VisualLinguisticBert(nn.Module):
             ``visual_scale_text_init``, ``visual_scale_object_init``, ``word_embedding_frozen``,
             ``obj_pos_id_relative``, ``with_pooler``, ``position_padding_idx``).
         language_state_dict: optional pretrained BERT weights in canonical form (see
-            ``common.nlp.bert_loading.read_bert_weights``) copied into the embeddings, encoder and pooler.
+            ``common.modeling.nlp.bert_loading.read_bert_weights``) copied into the embeddings, encoder and pooler.
         gradient_checkpointing: recompute encoder layers in backward (``NETWORK.GRADIENT_CHECKPOINTING``).
     Raises:
         ValueError: ``obj_pos_id_relative`` is False (the reference release forbids the absolute variant).

@@ -1,7 +1,9 @@
-"""Epoch-end validation: run the task's validation function, track the best host metric."""
+"""Validation hook: after each epoch run the validation function, track the best host metric."""
 import logging
 
 import torch.distributed as dist
+
+from .base import HookBase
 
 logger = logging.getLogger(__name__)
 
@@ -10,7 +12,7 @@ def _is_main() -> bool:
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
-class ValidationMonitor:
+class ValidationMonitor(HookBase):
     """Calls ``val_func(net, val_loader, metrics, label_index_in_batch)`` after each epoch.
 
     Keeps the best value of ``host_metric_name`` (higher is better, as in the reference) and
@@ -48,7 +50,11 @@ class ValidationMonitor:
         self.best_epoch = int(state_dict["best_epoch"])
         self.best_val = float(state_dict["best_val"])
 
-    def __call__(self, epoch: int, net, optimizer, writer) -> None:
+    def after_epoch(self, ctx) -> None:
+        """Validate ``ctx.net`` after ``ctx.epoch`` (writes ``Val-*`` scalars at ``epoch + 1``)."""
+        self(ctx.epoch, ctx.net, ctx.writer)
+
+    def __call__(self, epoch: int, net, writer=None) -> None:
         self.val_func(net, self.val_loader, self.metrics, self.label_index_in_batch)
         values = dict(self.metrics.get_name_value())
         if self.host_metric_name not in values:

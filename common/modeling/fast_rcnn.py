@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.ops import roi_align
 
-from common.backbone import build_resnet, freeze_stages, load_resnet_weights, resnet_channels
-from common.module import RandomInitWarning
+from common.modeling.backbone import build_resnet, freeze_stages, load_resnet_weights, resnet_channels
+from common.modeling.module import RandomInitWarning
 from common.safe_load import load_tensors
 
 __all__ = ["FastRCNN", "coordinate_embeddings", "clip_boxes"]

@@ -1,0 +1,277 @@
+"""Configuration loading: the checked YAML / ``--opts`` merge, YAML output, the per-task API.
+
+Life cycle of a config (in this module only; the idea of detectron2 ``config/config.py``)::
+
+    task defaults (copy) -> legacy conversion (common/config/compat.py) -> checked YAML merge
+        -> checked --opts merge -> freeze -> written as YAML into the output folder
+
+The shared defaults are in :mod:`common.config.defaults`. Each task's ``<task>/function/config.py``
+adds its own keys to ``common_defaults()`` and exposes ``config``, ``update_config(path)`` and
+``load_config(path, opts=None)``.
+
+Bad input raises :class:`ConfigError` whose message names the file (and line), the dotted key,
+what was expected and, for an unknown key, the closest valid key.
+"""
+import copy
+import difflib
+
+import yaml
+from yacs.config import CfgNode
+
+from common.config.compat import CONVERTERS, to_float
+from common.errors import UserInputError
+from common.safe_write import atomic_write
+
+
+class ConfigError(UserInputError):
+    """A config file, a key or a value is wrong; the message says where and what was expected."""
+
+
+def _key_lines(node, prefix=""):
+    """Map dotted keys of a composed YAML mapping node to their 1-based line numbers."""
+    lines = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = prefix + str(key_node.value)
+            lines[key] = key_node.start_mark.line + 1
+            lines.update(_key_lines(value_node, key + "."))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines.update(_key_lines(item, "{}[{}].".format(prefix.rstrip("."), i)))
+    return lines
+
+
+def read_yaml(path):
+    """Read a config YAML file with the safe loader.
+
+    Returns:
+        (dict, dict): the mapping and the 1-based line of each dotted key.
+    Raises:
+        ConfigError: the file is missing or unreadable, is not valid YAML (the message gives the
+            line and column), or does not hold a mapping.
+    """
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError("{}: cannot read config file: {}".format(path, e.strerror or e)) from None
+    try:
+        data = yaml.safe_load(text)
+        lines = _key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = "{}:{}:{}".format(path, mark.line + 1, mark.column + 1) if mark else path
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError("{}: invalid YAML: {}".format(where, problem)) from None
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict):
+        raise ConfigError("{}: expected a mapping of config keys at the top level, got {}".format(
+            path, type(data).__name__))
+    return data, lines
+
+
+# --------------------------------------------------------------------------------------------- #
+# Checked merge
+# --------------------------------------------------------------------------------------------- #
+def _where(source, lines, key):
+    line = lines.get(key)
+    return "{}:{}".format(source, line) if line else source
+
+
+def _all_keys(node, prefix=""):
+    for k, v in node.items():
+        yield prefix + k
+        if isinstance(v, CfgNode):
+            yield from _all_keys(v, prefix + k + ".")
+
+
+def _unknown_key(root, root_prefix, source, lines, key):
+    candidates = list(_all_keys(root, root_prefix))
+    match = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    hint = "; did you mean {}?".format(match[0]) if match else ""
+    return ConfigError("{}: {}: no such key{}".format(_where(source, lines, key), key, hint))
+
+
+def _type_name(t):
+    return {bool: "bool", int: "int", float: "float", str: "string", list: "list", tuple: "list"}.get(
+        t, t.__name__)
+
+
+def _coerce(default, value, key):
+    """Check ``value`` against the type of ``default``; return the typed value or raise ValueError."""
+    if key.startswith("DATASET["):  # entries of a DATASET list share the DATASET rules
+        key = "DATASET." + key.split("].", 1)[1]
+    convert = CONVERTERS.get(key)
+    if convert is not None:
+        return convert(value)
+    expected = type(default)
+    if expected is float:
+        return to_float(value)
+    if expected is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if expected in (list, tuple) and isinstance(value, (list, tuple)):
+        return expected(value)
+    if expected in (bool, str) and type(value) is expected:
+        return value
+    raise ValueError("expected {}, got {} {!r}".format(_type_name(expected), type(value).__name__, value))
+
+
+def _merge(node, raw, root, root_prefix, source, lines, prefix):
+    """Merge the plain mapping ``raw`` into CfgNode ``node`` in place, checking keys and types.
+
+    ``root`` (whose keys are named ``root_prefix`` + key) is searched for the closest valid key.
+    """
+    for k, v in raw.items():
+        key = prefix + str(k)
+        if k not in node:
+            raise _unknown_key(root, root_prefix, source, lines, key)
+        current = node[k]
+        if isinstance(current, CfgNode):
+            if not isinstance(v, dict):
+                raise ConfigError("{}: {}: expected a mapping of keys, got {!r}".format(
+                    _where(source, lines, key), key, v))
+            _merge(current, v, root, root_prefix, source, lines, key + ".")
+        elif isinstance(current, list) and current and isinstance(current[0], CfgNode):
+            # DATASET already a list (merged before): entries are matched by position.
+            raise ConfigError("{}: {}: cannot merge into a list of data sets; set the whole list".format(
+                _where(source, lines, key), key))
+        else:
+            try:
+                node[k] = _coerce(current, v, key)
+            except ValueError as e:
+                raise ConfigError("{}: {}: {}".format(_where(source, lines, key), key, e)) from None
+
+
+def _merge_dataset_list(cfg, entries, source, lines):
+    """``DATASET: [ {...}, {...} ]``: one CfgNode per entry, each completed with the defaults."""
+    template = cfg.DATASET if isinstance(cfg.DATASET, CfgNode) else cfg.DATASET[0]
+    datasets = []
+    for i, entry in enumerate(entries):
+        key = "DATASET[{}]".format(i)
+        if not isinstance(entry, dict):
+            raise ConfigError("{}: {}: expected a mapping of DATASET keys, got {!r}".format(
+                _where(source, lines, key), key, entry))
+        node = copy.deepcopy(template)
+        _merge(node, entry, node, key + ".", source, lines, key + ".")
+        datasets.append(node)
+    if not datasets:
+        raise ConfigError("{}: DATASET: expected a mapping or a non-empty list of mappings".format(source))
+    cfg.DATASET = datasets
+
+
+def merge_dict(cfg, raw, source, lines=None):
+    """Merge a plain mapping (e.g. from YAML) into ``cfg`` in place, with legacy conversions.
+
+    Args:
+        cfg (CfgNode): mutable config holding every valid key.
+        raw (dict): values to merge; nested mappings for sections.
+        source (str): file name (or '--opts') quoted in errors.
+        lines (dict): optional dotted key -> line number, quoted in errors.
+    Raises:
+        ConfigError: unknown key (with the closest valid key) or a value of the wrong type.
+    """
+    lines = lines or {}
+    raw = dict(raw)
+    datasets = raw.pop("DATASET", None)
+    if isinstance(datasets, list):
+        _merge_dataset_list(cfg, datasets, source, lines)
+    elif datasets is not None:
+        raw["DATASET"] = datasets
+    _merge(cfg, raw, cfg, "", source, lines, "")
+
+
+def merge_file(cfg, path):
+    """Merge the YAML file at ``path`` into ``cfg`` in place (see :func:`merge_dict`)."""
+    raw, lines = read_yaml(path)
+    merge_dict(cfg, raw, path, lines)
+
+
+def merge_opts(cfg, opts):
+    """Merge command-line overrides ``[KEY, VALUE, KEY, VALUE, ...]`` (detectron2 style).
+
+    Values are parsed as YAML (``--opts TRAIN.LR 1e-4 TRAIN.LR_STEP "[3, 5]"``) and checked like
+    file values. Raises ConfigError on an odd number of items, an unknown key or a bad value.
+    """
+    opts = list(opts or [])
+    if len(opts) % 2:
+        raise ConfigError("--opts: expected KEY VALUE pairs, got an odd number of items: {}".format(opts))
+    for key, text in zip(opts[0::2], opts[1::2]):
+        try:
+            value = yaml.safe_load(text) if isinstance(text, str) else text
+        except yaml.YAMLError:  # not YAML: take the text as it is
+            value = text
+        if value is None and text == "":
+            value = ""
+        nested = value
+        for part in reversed(key.split(".")):
+            nested = {part: nested}
+        merge_dict(cfg, nested, "--opts")
+
+
+def freeze_all(cfg):
+    """Freeze ``cfg`` including data sets held in a list (yacs only freezes nested CfgNodes)."""
+    cfg.freeze()
+    if isinstance(cfg.get("DATASET"), list):
+        for node in cfg.DATASET:
+            node.freeze()
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------- #
+# Writing YAML
+# --------------------------------------------------------------------------------------------- #
+def to_plain(value):
+    """A CfgNode (or any nested value) as plain dicts and lists, ready for ``yaml.safe_dump``."""
+    if isinstance(value, dict):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    return value
+
+
+def dump_config(cfg, path):
+    """Write the effective config as YAML to ``path`` atomically; loading it gives the same config.
+
+    Raises:
+        common.safe_write.OutputWriteError: disk full or folder not writable (names the folder).
+    """
+    text = yaml.safe_dump(to_plain(cfg), default_flow_style=False, sort_keys=False)
+    atomic_write(path, lambda f: f.write(text), binary=False, size_hint=len(text))
+
+
+# --------------------------------------------------------------------------------------------- #
+# Per-task API
+# --------------------------------------------------------------------------------------------- #
+class TaskConfig:
+    """The reference-style module API of one task, built from its defaults function.
+
+    ``config`` is a mutable module-level CfgNode and ``update_config(path)`` merges a file into
+    it, as in the reference; ``load_config(path, opts)`` returns a fresh frozen CfgNode.
+    """
+
+    def __init__(self, defaults_fn):
+        self._defaults_fn = defaults_fn
+        self.config = defaults_fn()
+
+    def update_config(self, config_file):
+        """Merge ``config_file`` into the module-level ``config`` (in place, like the reference)."""
+        merge_file(self.config, config_file)
+
+    def load_config(self, path=None, opts=None):
+        """A fresh frozen config: task defaults, then the YAML at ``path`` (if any), then ``opts``.
+
+        Raises:
+            ConfigError: see :func:`read_yaml`, :func:`merge_dict`, :func:`merge_opts`.
+        """
+        cfg = self._defaults_fn()
+        if path is not None:
+            merge_file(cfg, path)
+        merge_opts(cfg, opts)
+        return freeze_all(cfg)
+
+
+def task_api(defaults_fn):
+    """``(config, update_config, load_config)`` of a task, for its ``function/config.py`` to export."""
+    task = TaskConfig(defaults_fn)
+    return task.config, task.update_config, task.load_config

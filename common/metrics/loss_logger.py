@@ -1,0 +1,24 @@
+"""Loss logger: a metric that averages one loss of the model's outputs dict (TRAIN.LOSS_LOGGERS)."""
+import torch
+
+from .eval_metric import EvalMetric
+
+
+class LossLogger(EvalMetric):
+    """Mean over batches of ``outputs[output_name].mean()``; batches without it are skipped
+    (the reference counted them, diluting the mean).
+
+    Args:
+        output_name: key in the outputs dict (``'ans_loss'``).
+        display_name: name in logs (``'AnsLoss'``); defaults to ``output_name``.
+    """
+
+    def __init__(self, output_name, display_name=None, allreduce=True):
+        self.output_name = output_name
+        super().__init__(display_name or output_name, allreduce)
+
+    def update(self, outputs):
+        if self.output_name in outputs:
+            with torch.no_grad():
+                self.sum_metric = self.sum_metric + outputs[self.output_name].detach().float().mean()
+                self.num_inst = self.num_inst + 1

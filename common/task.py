@@ -1,0 +1,110 @@
+"""The Task protocol: what one task (VCR, VQA, pretraining, ...) adds to the shared engine.
+
+A task is a folder holding only what differs from the others, and one :class:`Task` object
+registered by name in :data:`TASKS`::
+
+    class MyTask(Task):
+        name = "mytask"
+        models = Registry("model of mytask", [MyModel])      # MODULE -> class
+        def defaults(self): ...                               # fresh CfgNode (common_defaults() + own keys)
+        def build_metrics(self, cfg, for_training): ...
+    TASK = register_task(MyTask())
+
+The engine (:mod:`common.engine`) builds everything else from the config: loaders, optimizer,
+scheduler, autocast context, loss scaler, hooks, resume. ``common/`` never names a task or
+reads a task-only key; those go through the methods below.
+"""
+from typing import Callable, Dict, Optional
+
+import torch
+
+from common.config import TaskConfig
+from common.data.build import build_dataset
+from common.registry import Registry
+
+# Renames applied to a pretraining state dict after the PARTIAL_PRETRAIN_PREFIX_CHANGES:
+# (parsed, raw, source) -> parsed, where ``parsed`` holds the renamed fp32 tensors and ``raw`` the
+# file's tensors under their own names (``module.`` removed); ``source`` names the file for errors.
+PretrainRenames = Callable[[Dict[str, torch.Tensor], Dict[str, torch.Tensor], str], Dict[str, torch.Tensor]]
+
+
+class Task:
+    """Base class of a task plug-in; subclasses set ``name`` and ``models`` and define
+    :meth:`defaults` and :meth:`build_metrics`.
+
+    Attributes:
+        name: registry name (``'vcr'``), also the task folder's name.
+        models: :class:`common.registry.Registry` of the task's model classes (``MODULE``).
+        host_metric_name: validation metric that picks the best epoch (higher is better).
+        find_unused_parameters: the model may leave trainable params out of a step's graph
+            (DDP must then look for them, which costs a graph traversal per synced micro-batch).
+    """
+    name: str = ""
+    models: Optional[Registry] = None
+    host_metric_name: str = "Acc"
+    find_unused_parameters: bool = False
+
+    def defaults(self):
+        """The task's config defaults as a fresh mutable ``CfgNode``."""
+        raise NotImplementedError
+
+    def load_config(self, path=None, opts=None):
+        """A fresh frozen config: :meth:`defaults`, then the YAML at ``path`` (if any), then ``opts``.
+
+        Raises:
+            common.config.ConfigError: bad file, key or value (names the file, line and key).
+        """
+        return TaskConfig(self.defaults).load_config(path, opts)
+
+    def build_dataset(self, cfg, mode):
+        """Dataset of ``mode`` ('train', 'val', 'test'); default: the one registered under
+        ``DATASET.DATASET`` (see :func:`common.data.build.register_dataset`)."""
+        return build_dataset(cfg, mode)
+
+    def build_model(self, cfg):
+        """The model ``cfg.MODULE`` names: ``outputs, loss = model(*batch)`` in train mode,
+        ``outputs = model(*batch)`` in eval mode (batch in ``dataset.data_names`` order).
+
+        Raises:
+            KeyError: ``MODULE`` is not one of ``self.models`` (the message lists them).
+        """
+        return self.models.build(cfg)
+
+    def build_metrics(self, cfg, for_training):
+        """Metric object with ``reset()``, ``update(outputs)`` and ``get_name_value()``; while
+        training it also reads the losses named by ``TRAIN.LOSS_LOGGERS``."""
+        raise NotImplementedError
+
+    def pretrain_renames(self, cfg) -> Optional[PretrainRenames]:
+        """Key renames used when fine-tuning from a pretraining checkpoint (NETWORK.PARTIAL_PRETRAIN),
+        after the generic prefix changes; None: no task-specific renames."""
+        return None
+
+    def write_results(self, cfg, model, loader, save_path, save_name, autocast):
+        """Write the predictions of ``model`` (eval mode) on the test ``loader`` in the task's result
+        format, as a file under the folder ``save_path`` whose name starts with ``save_name``;
+        ``autocast()`` gives the forward's context. Returns the file's path.
+
+        Raises:
+            NotImplementedError: the task has no result writer.
+        """
+        raise NotImplementedError("task '{}' has no result writer".format(self.name))
+
+
+TASKS = Registry("task", key="task", hint=" (import the task's package, e.g. vcr.task, to register it)")
+
+
+def register_task(task):
+    """Add the :class:`Task` instance ``task`` under ``task.name``; returns it.
+
+    Raises:
+        ValueError: ``task.name`` is empty or registered for another task.
+    """
+    if not task.name:
+        raise ValueError("a Task needs a name, got {!r}".format(task.name))
+    return TASKS.register(task, task.name)
+
+
+def get_task(name):
+    """The registered task ``name``; KeyError listing the known ones otherwise."""
+    return TASKS.get(name)

@@ -1,0 +1,41 @@
+"""The training loop's progress as a plain dict: what a checkpoint stores under ``train_state``.
+
+Keys (all counts start at 0):
+
+* ``epoch``: the epoch being trained, or the next one once an epoch is done;
+* ``epoch_batch``: micro-batches of ``epoch`` already consumed (a resume skips them);
+* ``global_step``: applied optimizer steps over the whole run (skipped steps not counted);
+* ``skipped_steps``: optimizer steps skipped for inf/nan gradients;
+* ``consecutive_skips``: skipped steps since the last applied one (divergence guard);
+* ``last_finite_loss``: the last finite accumulation-group loss (nan before the first).
+"""
+import math
+
+DEFAULTS = {"epoch": 0, "epoch_batch": 0, "global_step": 0, "skipped_steps": 0, "consecutive_skips": 0,
+            "last_finite_loss": math.nan}
+
+
+def new_train_state(**values) -> dict:
+    """A fresh state dict, ``values`` overriding the defaults.
+
+    Raises:
+        KeyError: a name that is not a state key.
+    """
+    unknown = sorted(set(values) - set(DEFAULTS))
+    if unknown:
+        raise KeyError("unknown train state keys {} (known: {})".format(unknown, sorted(DEFAULTS)))
+    state = dict(DEFAULTS)
+    state.update(values)
+    return check_train_state(state)
+
+
+def check_train_state(state: dict) -> dict:
+    """A copy of ``state`` with every value cast to its key's type (int or float).
+
+    Raises:
+        KeyError: a key is missing (names it and the keys present).
+    """
+    for key in DEFAULTS:
+        if key not in state:
+            raise KeyError("train state misses {!r} (has {})".format(key, sorted(state)))
+    return {key: type(default)(state[key]) for key, default in DEFAULTS.items()}
