@@ -7,8 +7,9 @@ from torch import nn
 from yacs.config import CfgNode
 
 from common import checkpoint as ck
-from common.engine import Task, build_model, load_for_inference
+from common.engine import build_model, load_for_inference
 from common.modeling.module import RandomInitWarning, held_random_init_warnings, warn_random_init
+from common.task import Task
 
 MESSAGE = "NETWORK.IMAGE_PRETRAINED is empty: the backbone keeps its random initialisation"
 
@@ -23,7 +24,14 @@ class Net(nn.Module):
         warnings.warn(RandomInitWarning(MESSAGE, self.backbone))
 
 
-TASK = Task(build_model=Net, build_metrics=None)
+class NetTask(Task):
+    name = "random_init_test"
+
+    def build_model(self, cfg):
+        return Net(cfg)
+
+
+TASK = NetTask()
 
 
 def config(partial_pretrain=""):

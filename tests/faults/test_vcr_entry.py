@@ -19,8 +19,8 @@ from tests.conftest import ROOT
 from tests.faults import vcr_data
 from tests.faults.test_unsafe_files import payloads, refused, write_evil
 from vcr.function.config import load_config
-from vcr.function.test import test_net as write_test_csv
-from vcr.function.train import VCR_TASK
+from common import engine
+from vcr.task import TASK as VCR_TASK
 
 RANDOM_RESNET = "NETWORK.IMAGE_PRETRAINED is empty: the ResNet image backbone keeps its random initialisation"
 
@@ -123,6 +123,6 @@ def test_test_csv_does_not_warn_about_random_weights(tiny_vcr, checkpoint, tmp_p
     cfg = load_config(vcr_data.CFG, tiny_vcr[1] + ["DATASET.TASK", "Q2A"])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        path = write_test_csv(cfg, checkpoint, str(tmp_path), "tiny")
+        path = engine.test_net(VCR_TASK, cfg, checkpoint, str(tmp_path), "tiny")
     assert os.path.isfile(path)
     assert random_init_warnings(caught) == []
