@@ -8,7 +8,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+# The reference release's paper configs, its loader's effective VCR values and its VCR state-dict
+# shapes: test data kept in the repository (the tests read nothing outside it).
+LEGACY = os.path.join(ROOT, "tests", "data", "legacy")
 
 
 def pytest_addoption(parser):
