@@ -9,7 +9,6 @@ builds the rest from the config, in the order the design fixes::
 The reference release repeats this set-up in every task's ``function/train.py``; here it is
 written once.
 """
-import logging
 import os
 import random
 from dataclasses import dataclass
@@ -82,13 +81,13 @@ def seed_everything(seed, rank=0):
     torch.manual_seed(seed + rank)
 
 
-def build_model(task, cfg, device, log=None):
+def build_model(task, cfg, device):
     """The task's model on ``device``, with NETWORK.PARTIAL_PRETRAIN loaded when set."""
     model = task.build_model(cfg)
     if cfg.NETWORK.PARTIAL_PRETRAIN:
         load_partial_pretrain(model, cfg.NETWORK.PARTIAL_PRETRAIN, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES,
                               segmb_init=cfg.NETWORK.get("PARTIAL_PRETRAIN_SEGMB_INIT", False),
-                              load_rel_head=cfg.NETWORK.get("LOAD_REL_HEAD", False), log=log)
+                              load_rel_head=cfg.NETWORK.get("LOAD_REL_HEAD", False))
     return model.to(device)
 
 
@@ -143,7 +142,7 @@ def train_net(args, cfg, task):
     logger.info("training on %d process(es), device %s; output folder %s", world_size, device, folder)
     seed_everything(cfg.RNG_SEED, rank)
 
-    model = build_model(task, cfg, device, log=logger.info)
+    model = build_model(task, cfg, device)
     train_loader = make_dataloader(cfg, "train", world_size, rank)
     val_loader = make_dataloader(cfg, "val", world_size, rank)
 
@@ -176,7 +175,11 @@ def train_net(args, cfg, task):
 
     writer = None
     if rank == 0:
-        writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"))
+        # TensorBoard's x is the global micro-batch index (see common.trainer). A resumed run starts at
+        # x = purge_step: TensorBoard hides the points at x >= purge_step that the dead run wrote after
+        # its last checkpoint, so each x keeps one point.
+        purge_step = None if state is None else state.epoch * len(train_loader) + state.epoch_batch
+        writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"), purge_step=purge_step)
     epoch_end, batch_end = checkpoint_callbacks(prefix, cfg)
     batch_size = world_size * train_cfg.BATCH_IMAGES
     batch_end.insert(0, Speedometer(batch_size, cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
@@ -193,6 +196,6 @@ def train_net(args, cfg, task):
         if writer is not None:
             writer.close()
         cdist.cleanup()
-    logging.getLogger("vlbert").info("training done; best %s %.4f at epoch %d", task.host_metric_name,
-                                     validation_monitor.best_val, validation_monitor.best_epoch)
+    logger.info("training done; best %s %.4f at epoch %d", task.host_metric_name, validation_monitor.best_val,
+                validation_monitor.best_epoch)
     return rank, model

@@ -41,8 +41,16 @@ Resume contract (``common/checkpoint.py`` and the checkpoint callbacks rely on i
   state=..., lr_scheduler=..., scaler=...)`` on every rank, after the validation monitor and
   the plateau scheduler step. ``writer`` is None on ranks other than 0.
 * ``scaler`` is a :class:`common.amp.LossScaler`; save ``scaler.state_dict()``.
+
+TensorBoard x axis
+------------------
+Every scalar's x is a global micro-batch index, ``epoch * len(train_loader) + nbatch``: training
+scalars (every ``log_frequent`` optimizer steps) at the batch that ended the step, as the reference
+wrote them; ``Val-*`` scalars at the epoch's last batch, ``(epoch + 1) * len(train_loader) - 1``
+(the reference used ``epoch + 1``). With one axis for all tags, a resumed run's writer, made with
+``purge_step`` = the index of its first batch (common/engine.py), hides exactly the points a killed
+run wrote after its last checkpoint.
 """
-import logging
 import math
 import resource
 import sys
@@ -57,6 +65,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from common import amp
+from common.logs import get_logger
 
 DEFAULT_MAX_CONSECUTIVE_SKIPS = 100
 
@@ -337,7 +346,7 @@ def train(net, optimizer, lr_scheduler, train_loader, train_sampler, metrics, be
     plateau = isinstance(lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
     if plateau and validation_monitor is None:
         raise ValueError("TRAIN.LR_SCHEDULE 'plateau' needs a validation monitor")
-    logger = logger or logging.getLogger(__name__)
+    logger = logger or get_logger(__name__)
     is_main = rank is None or rank == 0
     state = state if state is not None else TrainState(epoch=begin_epoch)
     ctx = TrainContext(net, optimizer, lr_scheduler, scaler, state, writer if is_main else None, validation_monitor)
@@ -357,7 +366,7 @@ def train(net, optimizer, lr_scheduler, train_loader, train_sampler, metrics, be
 
         state.epoch, state.epoch_batch = epoch + 1, 0
         if validation_monitor is not None:
-            validation_monitor(epoch, net, optimizer, ctx.writer)
+            validation_monitor(epoch, net, optimizer, ctx.writer, step=state.epoch * len(train_loader) - 1)
         if plateau:
             lr_scheduler.step(validation_monitor.host_value)
         _call_all(epoch_end_callbacks, epoch, net, optimizer, ctx.writer, validation_monitor=validation_monitor,

@@ -1,8 +1,9 @@
 """Batch-end callback printing the reference's progress line every ``frequent`` batches."""
-import logging
 import time
 
-logger = logging.getLogger(__name__)
+from common.logs import get_logger
+
+logger = get_logger(__name__)
 
 
 class Speedometer:
@@ -63,4 +64,3 @@ class Speedometer:
             line = "Rank[{:3d}]".format(param.rank) + line
         if param.rank is None or param.rank == 0:
             logger.info(line)
-            print(line)

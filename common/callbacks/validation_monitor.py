@@ -1,9 +1,10 @@
 """Epoch-end validation: run the task's validation function, track the best host metric."""
-import logging
 
 import torch.distributed as dist
 
-logger = logging.getLogger(__name__)
+from common.logs import get_logger
+
+logger = get_logger(__name__)
 
 
 def _is_main() -> bool:
@@ -48,7 +49,10 @@ class ValidationMonitor:
         self.best_epoch = int(state_dict["best_epoch"])
         self.best_val = float(state_dict["best_val"])
 
-    def __call__(self, epoch: int, net, optimizer, writer) -> None:
+    def __call__(self, epoch: int, net, optimizer, writer, step=None) -> None:
+        """Validate after 0-based ``epoch``; ``step`` is the TensorBoard x of the ``Val-*`` scalars
+        (:func:`common.trainer.train` passes the global index of the epoch's last micro-batch, the
+        axis of the training scalars; None: ``epoch + 1``, the reference's)."""
         self.val_func(net, self.val_loader, self.metrics, self.label_index_in_batch)
         values = dict(self.metrics.get_name_value())
         if self.host_metric_name not in values:
@@ -61,14 +65,9 @@ class ValidationMonitor:
         if not _is_main():
             return
         if improved:
-            _log("New Best Val {}: {}, Epoch: {}".format(self.host_metric_name, self.best_val, self.best_epoch))
-        _log("Epoch[{:d}] \tVal-".format(epoch) + "".join("{}={:f},\t".format(n, v) for n, v in values.items()))
-        _log("Best Val {}: {}, Epoch: {}".format(self.host_metric_name, self.best_val, self.best_epoch))
+            logger.info("New Best Val %s: %s, Epoch: %d", self.host_metric_name, self.best_val, self.best_epoch)
+        logger.info("Epoch[{:d}] \tVal-".format(epoch) + "".join("{}={:f},\t".format(n, v) for n, v in values.items()))
+        logger.info("Best Val %s: %s, Epoch: %d", self.host_metric_name, self.best_val, self.best_epoch)
         if writer is not None:
             for name, value in values.items():
-                writer.add_scalar("Val-" + name, value, epoch + 1)
-
-
-def _log(line: str) -> None:
-    logger.info(line)
-    print(line)
+                writer.add_scalar("Val-" + name, value, epoch + 1 if step is None else step)

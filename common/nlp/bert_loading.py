@@ -10,7 +10,6 @@ Both are turned into one canonical form: encoder keys without prefix (``embeddin
 ``weight``/``bias``.
 """
 import json
-import logging
 import os
 import re
 import warnings
@@ -18,8 +17,9 @@ import warnings
 import torch
 
 from common.errors import UserInputError
+from common.logs import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 CONFIG_FILES = ('bert_config.json', 'config.json')
 WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin')
