@@ -28,3 +28,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip_slow)
+
+
+@pytest.fixture(scope="session")
+def tiny_vcr(tmp_path_factory):
+    """Inputs of the tiny VCR runs (:mod:`tests.tiny_vcr`), made once per session."""
+    from tests.tiny_vcr import make_inputs
+    return make_inputs(tmp_path_factory.mktemp("tiny_vcr"))
+
+
+@pytest.fixture(scope="session")
+def tiny_init(tmp_path_factory, tiny_vcr):
+    """A tiny run at LR 0: its checkpoint holds the initial weights of every tiny run (same seed and
+    architecture). Returns (model dir, orientations of each training batch's images)."""
+    from tests.tiny_vcr import train_recording_orientations
+    model_dir = tmp_path_factory.mktemp("init")
+    code, batches = train_recording_orientations(model_dir, tiny_vcr.opts(TRAIN__LR=0.0))
+    assert code == 0
+    return model_dir, batches
+
+
+@pytest.fixture(scope="session")
+def tiny_accumulated(tmp_path_factory, tiny_vcr):
+    """A tiny run of ACCUMULATION_OPTS in batches of 2 accumulated over k = 2 (4 steps); its model dir."""
+    from tests.tiny_vcr import ACCUMULATION_OPTS, train_in_process
+    model_dir = tmp_path_factory.mktemp("accumulated")
+    opts = tiny_vcr.opts(ACCUMULATION_OPTS, TRAIN__BATCH_IMAGES=2, TRAIN__GRAD_ACCUMULATE_STEPS=2)
+    assert train_in_process(model_dir, opts) == 0
+    return model_dir
