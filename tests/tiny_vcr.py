@@ -33,6 +33,8 @@ CFG = os.path.join(ROOT, "cfgs", "vcr", "base_q2a_4x16G_fp16.yaml")
 PREFIX = "vl-bert_base_a_res101"  # MODEL_PREFIX of CFG
 PORTRAIT_SCENES = ("train_00000", "train_00001")  # 4 of the 16 training items
 SAME_SIZE_FILE = "train_same_size.jsonl"
+# Environment of launched runs: one thread per process (2 cores shared by the test processes).
+LAUNCH_ENV = {"OMP_NUM_THREADS": "1"}
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 HIDDEN = 32
 
@@ -136,8 +138,9 @@ def tensorboard_scalars(model_dir):
 
 def train_in_process(model_dir, opts, extra_args=()):
     """``python vcr/train_end2end.py --cfg CFG --model-dir model_dir [extra_args] --opts ...`` run in this
-    process (its ``__main__`` through runpy: no interpreter start-up). Returns the exit code."""
+    process (its ``__main__`` through runpy: no interpreter start-up), on one thread. Returns the exit code."""
     argv = [ENTRY, "--cfg", CFG, "--model-dir", str(model_dir)] + list(extra_args) + ["--opts"] + list(opts)
+    torch.set_num_threads(1)  # as the launched runs (OMP_NUM_THREADS=1): the same arithmetic, no oversubscription
     saved = sys.argv
     sys.argv = argv
     if os.path.dirname(ENTRY) not in sys.path:

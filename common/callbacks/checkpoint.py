@@ -1,7 +1,9 @@
 """Checkpoint callbacks for :func:`common.trainer.train`: at epoch ends and every N optimizer steps.
 
 Both run on every rank (the RNG states of all ranks are gathered into the file); only rank 0
-writes. File names and contents: :mod:`common.checkpoint`.
+writes. File names and contents: :mod:`common.checkpoint`. The TensorBoard writer is flushed
+before each file is written, so the points up to a checkpoint outlive a crash after it (a resumed
+run hides the later ones, see ``purge_step`` in common/engine.py).
 """
 from common.checkpoint import (best_checkpoint_path, epoch_checkpoint_path, prune_step_checkpoints,
                                save_checkpoint, step_checkpoint_path)
@@ -31,6 +33,8 @@ class Checkpoint:
         paths = [epoch_checkpoint_path(self.prefix, epoch)]
         if validation_monitor is not None and validation_monitor.best_epoch == epoch:
             paths.append(best_checkpoint_path(self.prefix))
+        if writer is not None:
+            writer.flush()
         save_checkpoint(paths, net, optimizer, validation_monitor=validation_monitor, scaler=scaler,
                         lr_scheduler=lr_scheduler, train_state=state, config=self.config)
 
@@ -57,6 +61,8 @@ class StepCheckpoint:
         state, ctx = param.state, param.context
         if not param.add_step or (state.global_step + state.skipped_steps) % self.every_steps:
             return
+        if ctx.writer is not None:
+            ctx.writer.flush()
         save_checkpoint(step_checkpoint_path(self.prefix, state.epoch, state.epoch_batch), ctx.net,
                         ctx.optimizer, validation_monitor=ctx.validation_monitor, scaler=ctx.scaler,
                         lr_scheduler=ctx.lr_scheduler, train_state=state, config=self.config)
