@@ -1,9 +1,10 @@
 """Logging of a run: one logger tree, ``vlbert``, printed on the console and written to the run's log file.
 
-Every product module logs through :func:`get_logger` (a child of ``vlbert``), and Python warnings
-are logged too (``logging.captureWarnings``), so the log file in the output folder holds every
-line the run prints. Lines logged before the file exists (config loading, say) are kept in memory
-and written to it when :func:`setup_run_logging` opens it.
+Every product module logs through :func:`get_logger` (a child of ``vlbert``). Python warnings
+(``logging.captureWarnings``) and the records of other libraries' loggers that reach the root
+logger (warnings and errors by default, e.g. tensorboardX's) go to the same handlers, so the log
+file in the output folder holds every line the run prints. Lines logged before the file exists
+(config loading, say) are kept in memory and written to it when :func:`setup_run_logging` opens it.
 
 The console handler writes to stdout; ranks other than 0 show warnings and errors only.
 """
@@ -23,10 +24,6 @@ def get_logger(name):
     return logging.getLogger("{}.{}".format(NAME, name))
 
 
-def _targets():
-    return [logging.getLogger(NAME), logging.getLogger(WARNINGS)]
-
-
 def _console():
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(FORMAT)
@@ -34,29 +31,35 @@ def _console():
 
 
 def _install(level, handlers):
-    """Make ``handlers`` the only ones of ``vlbert`` and of Python warnings (earlier ones closed)."""
+    """Make ``handlers`` the only ones of ``vlbert`` and of Python warnings (at ``level``), and put
+    them on the root logger in place of the ones an earlier call put there (others stay)."""
     logging.captureWarnings(True)
-    for logger in _targets():
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if getattr(h, "_vlbert", False)]:
+        root.removeHandler(handler)
+    for logger in (logging.getLogger(NAME), logging.getLogger(WARNINGS)):
         for handler in list(logger.handlers):
             logger.removeHandler(handler)
             if handler not in handlers:
                 handler.close()
-        logger.propagate = False
+        logger.propagate = False  # (the root's handlers would print its lines twice)
         logger.setLevel(level)
-        for handler in handlers:
+    for handler in handlers:
+        handler._vlbert = True
+        for logger in (logging.getLogger(NAME), logging.getLogger(WARNINGS), root):
             logger.addHandler(handler)
 
 
 def start_logging(level=logging.INFO):
-    """Process-wide set-up (scripts call it first, through :func:`common.cli.run_main`): stdout
-    for ``vlbert`` and Python warnings, and a memory buffer that keeps the records for the log file."""
+    """Process-wide set-up (scripts call it first, through :func:`common.cli.run_main`): stdout,
+    and a memory buffer that keeps the records for the log file."""
     _install(level, [_console(), logging.handlers.MemoryHandler(_BUFFER_CAPACITY, flushLevel=logging.CRITICAL + 1)])
     return logging.getLogger(NAME)
 
 
 def setup_run_logging(log_file=None, rank=0):
-    """Handlers of a training run: stdout (INFO on rank 0, else WARNING) and, when ``log_file``
-    is given, that file, which first receives the records kept since :func:`start_logging`.
+    """Handlers of a training run: stdout (``vlbert`` at INFO on rank 0, else WARNING) and, when
+    ``log_file`` is given, that file, which first receives the records kept since :func:`start_logging`.
 
     Returns:
         logging.Logger: the ``vlbert`` logger.

@@ -47,12 +47,3 @@ def tiny_init(tmp_path_factory, tiny_vcr):
     assert code == 0
     return model_dir, batches
 
-
-@pytest.fixture(scope="session")
-def tiny_accumulated(tmp_path_factory, tiny_vcr):
-    """A tiny run of ACCUMULATION_OPTS in batches of 2 accumulated over k = 2 (4 steps); its model dir."""
-    from tests.tiny_vcr import ACCUMULATION_OPTS, train_in_process
-    model_dir = tmp_path_factory.mktemp("accumulated")
-    opts = tiny_vcr.opts(ACCUMULATION_OPTS, TRAIN__BATCH_IMAGES=2, TRAIN__GRAD_ACCUMULATE_STEPS=2)
-    assert train_in_process(model_dir, opts) == 0
-    return model_dir

@@ -16,8 +16,8 @@ import time
 import pytest
 import torch
 
-from tests.tiny_vcr import (LAUNCH_ENV, PREFIX, ROOT, checkpoint, launch_command, log_text, output_folder, tensorboard_scalars,
-                            train_in_process)
+from tests.tiny_vcr import (LAUNCH_ENV, PREFIX, ROOT, checkpoint, launch_command, log_text, output_folder,
+                            tensorboard_scalars, train_in_process)
 
 SCRIPT = os.path.join(ROOT, "tests", "fault_injection.py")
 RESUME_OPTS = {"TRAIN__END_EPOCH": 2, "TRAIN__CHECKPOINT_STEPS": 3}

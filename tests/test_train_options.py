@@ -156,14 +156,15 @@ def test_fp16_fixed_scale_stays_and_trains(tmp_path_factory, tiny_vcr, tiny_init
 # --------------------------------------------------------------------------------------------- #
 # Accumulation, clipping, frozen stages
 # --------------------------------------------------------------------------------------------- #
-def test_grad_accumulation_equals_one_bigger_batch_with_triangle_schedule(tmp_path_factory, tiny_vcr, tiny_init,
-                                                                          tiny_accumulated):
+def test_grad_accumulation_equals_one_bigger_batch_with_triangle_schedule(tmp_path_factory, tiny_vcr, tiny_init):
     """8 same-size items, 2 epochs: batches of 4 (k=1) and batches of 2 accumulated over k=2 make the
     same 4 steps at the same LR (LR x batch x k) and end at the same weights."""
     big = tmp_path_factory.mktemp("k1")
     assert train_in_process(big, tiny_vcr.opts(ACCUMULATION_OPTS, TRAIN__BATCH_IMAGES=4,
                                                TRAIN__GRAD_ACCUMULATE_STEPS=1)) == 0
-    accumulated = tiny_accumulated
+    accumulated = tmp_path_factory.mktemp("k2")
+    assert train_in_process(accumulated, tiny_vcr.opts(ACCUMULATION_OPTS, TRAIN__BATCH_IMAGES=2,
+                                                       TRAIN__GRAD_ACCUMULATE_STEPS=2)) == 0
     at_init = weights(tiny_init[0])
     a, b = weights(big, 1), weights(accumulated, 1)
     assert checkpoint(accumulated, 1)["train_state"]["global_step"] == 4

@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 from common import amp
 from common.callbacks.speedometer import Speedometer
 from common.callbacks.validation_monitor import ValidationMonitor
+from common.logs import setup_run_logging
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.eval_metric import EvalMetric
 from common.trainer import TrainingDivergedError, TrainState, train
@@ -331,7 +332,9 @@ def test_train_state_round_trip_and_missing_key():
         TrainState().load_state_dict(broken)
 
 
-def test_logging_speedometer_and_epoch_callbacks(capsys):
+def test_logging_speedometer_and_epoch_callbacks(tmp_path):
+    log_file = str(tmp_path / "run.log")
+    setup_run_logging(log_file)
     model = Toy()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     metrics = CompositeEvalMetric([MSE()])
@@ -344,7 +347,7 @@ def test_logging_speedometer_and_epoch_callbacks(capsys):
     _run(model, opt, _batches(6, 2), k=2, metrics=metrics, writer=writer,
          batch_end_callbacks=[Speedometer(2, frequent=2, batches_per_epoch=6, epochs=1)],
          epoch_end_callbacks=epoch_cb)
-    out = capsys.readouterr().out.splitlines()
+    out = [line.split(" ", 2)[2] for line in open(log_file).read().splitlines()]  # (after the time stamp)
     assert out[0].startswith("Epoch[0] Batch [0]\tSpeed: - samples/sec ETA: - d - h - m\tTrain-MSE=")
     assert out[1].startswith("Epoch[0] Batch [2]\tSpeed: ") and " samples/s ETA: 0 d  0 h  0 m\tData: " in out[1]
     assert len(out) == 3 and out[1].endswith(",\t")
