@@ -495,19 +495,18 @@ def pretrain_state_for_finetune(state_dict, prefix_changes=(), renames=None, sou
     return parsed
 
 
-def load_partial_pretrain(model, path, prefix_changes=(), renames=None, log=None):
+def load_partial_pretrain(model, path, prefix_changes=(), renames=None):
     """NETWORK.PARTIAL_PRETRAIN: copy the matching weights of a pretraining checkpoint into ``model``.
 
     Keys are renamed by :func:`pretrain_state_for_finetune`; each one found in the model (with
-    or without ``module.``) is copied, cast to the model's dtype. The lists of loaded, unmatched
-    and initial-value keys are logged.
+    or without ``module.``) is copied, cast to the model's dtype. The counts and lists of loaded,
+    unmatched and initial-value keys are logged (``vlbert.checkpoint``: the run's log file).
 
     Returns:
         PartialLoadReport.
     Raises:
         CheckpointError: not a checkpoint, or a matched key whose shape differs from the model's.
     """
-    log = log or logger
     source = load_checkpoint_file(path)["state_dict"]
     parsed = pretrain_state_for_finetune(source, prefix_changes, renames, source=path)
     target = model.state_dict()
@@ -524,7 +523,9 @@ def load_partial_pretrain(model, path, prefix_changes=(), renames=None, log=None
         report.loaded.append(mk)
     report.not_loaded = [k for k in target if k not in update]
     model.load_state_dict(update, strict=False)
-    log.info("[Partial Load] %s: loaded %d keys: %s", path, len(report.loaded), report.loaded)
-    log.info("[Partial Load] non matched keys: %s", report.unmatched)
-    log.info("[Partial Load] non pretrain keys (left at init): %s", report.not_loaded)
+    logger.info("[Partial Load] %s: %d keys loaded, %d keys of the file not matched, %d model keys left at init",
+                path, len(report.loaded), len(report.unmatched), len(report.not_loaded))
+    logger.info("[Partial Load] loaded keys: %s", report.loaded)
+    logger.info("[Partial Load] non matched keys: %s", report.unmatched)
+    logger.info("[Partial Load] non pretrain keys (left at init): %s", report.not_loaded)
     return report

@@ -4,7 +4,6 @@ The flags are the reference release's (``--cfg --model-dir --log-dir --dist --sl
 --cudnn-off --partial-pretrain``) plus ``--opts KEY VALUE ...`` overrides (detectron2 style).
 """
 import argparse
-import logging
 import os
 import sys
 import time
@@ -12,6 +11,7 @@ import time
 from common.config import dump_config
 from common.distributed import add_launcher_args
 from common.errors import UserInputError
+from common.logs import setup_run_logging, start_logging
 
 
 def train_argument_parser(description):
@@ -48,10 +48,12 @@ def config_from_args(args, load_config):
 
 
 def run_main(main):
-    """Run ``main()``; a user mistake (bad config, missing data, model or checkpoint file) ends the
-    process with its message and exit code 2 instead of a traceback."""
+    """Run ``main()`` with the process's logging started (:func:`common.logs.start_logging`); a user
+    mistake (bad config, missing data, model or checkpoint file) ends the process with its message
+    and exit code 2 instead of a traceback."""
     from common.checkpoint import CheckpointError  # imported late: it pulls in the trainer
 
+    start_logging()
     try:
         return main()
     except (UserInputError, FileNotFoundError, CheckpointError) as e:
@@ -72,29 +74,20 @@ def train_output_folder(cfg, cfg_path):
 
 
 def setup_output(cfg, cfg_path, rank=0):
-    """Create the training output folder, a logger, and write the effective config there.
+    """Create the training output folder, the run's logging, and write the effective config there.
 
-    Only rank 0 writes files; other ranks log warnings and errors to stderr.
+    Only rank 0 writes files: the log ``<cfg name>_<date>.log`` (every line the run logs or warns,
+    see :mod:`common.logs`) and ``config.yaml``; other ranks log warnings and errors to stdout.
 
     Returns:
         (str, logging.Logger): the output folder
-        ``<OUTPUT_PATH>/<cfg name>/<TRAIN_IMAGE_SET>_train`` and the logger.
+        ``<OUTPUT_PATH>/<cfg name>/<TRAIN_IMAGE_SET>_train`` and the ``vlbert`` logger.
     """
     folder = train_output_folder(cfg, cfg_path)
-    logger = logging.getLogger("vlbert")
-    logger.handlers.clear()
-    logger.propagate = False
-    logger.setLevel(logging.INFO if rank == 0 else logging.WARNING)
-    fmt = logging.Formatter("%(asctime)s %(message)s")
-    console = logging.StreamHandler(sys.stdout)
-    console.setFormatter(fmt)
-    logger.addHandler(console)
+    log_file = None
     if rank == 0:
         os.makedirs(folder, exist_ok=True)
         cfg_name = os.path.splitext(os.path.basename(cfg_path))[0]
         log_file = os.path.join(folder, "{}_{}.log".format(cfg_name, time.strftime("%Y-%m-%d-%H-%M")))
-        handler = logging.FileHandler(log_file)
-        handler.setFormatter(fmt)
-        logger.addHandler(handler)
         dump_config(cfg, os.path.join(folder, "config.yaml"))
-    return folder, logger
+    return folder, setup_run_logging(log_file, rank)

@@ -10,7 +10,6 @@ The reference release repeats this set-up in every task's ``function/train.py``;
 written once.
 """
 import functools
-import logging
 import os
 import random
 from contextlib import nullcontext
@@ -68,7 +67,7 @@ def seed_everything(seed, rank=0):
     torch.manual_seed(seed + rank)
 
 
-def build_model(task, cfg, device=None, log=None):
+def build_model(task, cfg, device=None):
     """The model ``cfg.MODULE`` names in ``task``, with NETWORK.PARTIAL_PRETRAIN loaded when set
     (prefix changes, then the task's own renames), moved to ``device`` when given.
 
@@ -83,7 +82,7 @@ def build_model(task, cfg, device=None, log=None):
     if cfg.NETWORK.PARTIAL_PRETRAIN:
         loaded = load_partial_pretrain(
             model, cfg.NETWORK.PARTIAL_PRETRAIN, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES,
-            renames=task.pretrain_renames(cfg), log=log).loaded
+            renames=task.pretrain_renames(cfg)).loaded
     warn_random_init(model, held, loaded)  # only parts the partial pretrain file did not fill
     return model if device is None else model.to(device)
 
@@ -157,7 +156,7 @@ def train_net(args, cfg, task):
     seed_everything(cfg.RNG_SEED, rank)
 
     with held_random_init_warnings() as random_parts:  # issued unless a checkpoint is resumed below
-        model = build_model(task, cfg, device, log=logger)
+        model = build_model(task, cfg, device)
     train_loader = build_loader(task, cfg, "train", world_size, rank)
     val_loader = build_loader(task, cfg, "val", world_size, rank)
 
@@ -189,7 +188,11 @@ def train_net(args, cfg, task):
 
     writer = None
     if rank == 0:
-        writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"))
+        # TensorBoard's x is the global micro-batch index (see common/hooks/tensorboard.py). A resumed run
+        # starts at x = purge_step: TensorBoard hides the points at x >= purge_step that the dead run
+        # wrote after its last checkpoint, so each x keeps one point.
+        purge_step = None if state is None else state["epoch"] * len(train_loader) + state["epoch_batch"]
+        writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"), purge_step=purge_step)
     hooks = [validation, LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT, world_size),
              Speedometer(world_size * train_cfg.BATCH_IMAGES, cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
                          epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
@@ -206,8 +209,8 @@ def train_net(args, cfg, task):
         if writer is not None:
             writer.close()
         cdist.cleanup()
-    logging.getLogger("vlbert").info("training done; best %s %.4f at epoch %d", task.host_metric_name,
-                                     validation.best_val, validation.best_epoch)
+    logger.info("training done; best %s %.4f at epoch %d", task.host_metric_name, validation.best_val,
+                validation.best_epoch)
     return rank, model
 
 

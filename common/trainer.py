@@ -29,7 +29,6 @@ Resume contract (``common/checkpoint.py`` and the checkpoint hooks rely on it)
   taken at a group end (``ctx.step_ended``). Then ``epoch_batch`` is a multiple of k and the
   groups after resume line up with an uninterrupted run.
 """
-import logging
 import math
 import sys
 import time
@@ -40,6 +39,7 @@ import torch
 from tqdm import tqdm
 
 from common.amp import LossScaler
+from common.logs import get_logger
 from common.hooks.base import HookBase, TrainContext
 from common.train_state import check_train_state, new_train_state
 
@@ -108,7 +108,7 @@ class Trainer:
         self.k = grad_accumulate_steps
         self.clip_grad_norm = clip_grad_norm if clip_grad_norm is not None and clip_grad_norm > 0 else None
         self.max_consecutive_skips = max_consecutive_skips
-        self.logger = logger or logging.getLogger(__name__)
+        self.logger = logger or get_logger(__name__)
         is_main = rank is None or rank == 0
         self.ctx = TrainContext(net, optimizer, lr_scheduler, scaler or LossScaler(), new_train_state(),
                                 writer if is_main else None, metrics, rank)

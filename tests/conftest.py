@@ -8,7 +8,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+# The reference release's paper configs, its loader's effective VCR values and its VCR state-dict
+# shapes: test data kept in the repository (the tests read nothing outside it).
+LEGACY = os.path.join(ROOT, "tests", "data", "legacy")
 
 
 def pytest_addoption(parser):
@@ -26,3 +28,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip_slow)
+
+
+@pytest.fixture(scope="session")
+def tiny_vcr(tmp_path_factory):
+    """Inputs of the tiny VCR runs (:mod:`tests.tiny_vcr`), made once per session."""
+    from tests.tiny_vcr import make_inputs
+    return make_inputs(tmp_path_factory.mktemp("tiny_vcr"))
+
+
+@pytest.fixture(scope="session")
+def tiny_init(tmp_path_factory, tiny_vcr):
+    """A tiny run at LR 0: its checkpoint holds the initial weights of every tiny run (same seed and
+    architecture). Returns (model dir, orientations of each training batch's images)."""
+    from tests.tiny_vcr import train_recording_orientations
+    model_dir = tmp_path_factory.mktemp("init")
+    code, batches = train_recording_orientations(model_dir, tiny_vcr.opts(TRAIN__LR=0.0))
+    assert code == 0
+    return model_dir, batches
+

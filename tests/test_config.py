@@ -7,10 +7,10 @@ import os
 import pytest
 
 from common.config import ConfigError, dump_config, to_plain
-from tests.conftest import ROOT, SHARED
+from tests.conftest import LEGACY, ROOT
 
 REFERENCE = json.load(open(os.path.join(ROOT, "tests", "data", "reference_configs.json")))
-LEGACY_CFGS = os.path.join(SHARED, "legacy", "cfgs")
+LEGACY_CFGS = os.path.join(LEGACY, "cfgs")
 
 
 def task_api(task):
@@ -45,7 +45,7 @@ def write(tmp_path, text, name="cfg.yaml"):
 # Paper configs
 # ------------------------------------------------------------------------------------------------ #
 @pytest.mark.parametrize("path", yaml_files(os.path.join(ROOT, "cfgs")) + yaml_files(LEGACY_CFGS),
-                         ids=lambda p: os.path.relpath(p, os.path.dirname(ROOT)))
+                         ids=lambda p: os.path.relpath(p, ROOT))
 def test_every_yaml_loads(path):
     task = os.path.basename(os.path.dirname(path))
     cfg = task_api(task).load_config(path)
@@ -61,8 +61,8 @@ def test_effective_values_equal_reference_loader(name):
         assert_contains(REFERENCE[name], to_plain(cfg))
 
 
-def test_vcr_values_equal_shared_json():
-    expected = json.load(open(os.path.join(SHARED, "legacy", "vcr_effective_configs.json")))
+def test_vcr_values_equal_reference_json():
+    expected = json.load(open(os.path.join(LEGACY, "vcr_effective_configs.json")))
     api = task_api("vcr")
     for name, values in expected.items():
         path = None if name.startswith("defaults/") else os.path.join(LEGACY_CFGS, name.split("/", 1)[1])

@@ -11,6 +11,7 @@ import torch.multiprocessing as mp
 
 from common import distributed as cdist
 from common.data.samplers import DistributedSampler, InferenceSampler
+from tests.tiny_vcr import ACCUMULATION_OPTS, CFG, ENTRY, LAUNCH_ENV, ROOT, checkpoint
 
 
 def free_port():
@@ -131,43 +132,57 @@ def test_three_gloo_ranks_collectives_gather_and_checkpoint(tmp_path):
     spawn(_collectives_worker, 3, str(tmp_path))
 
 
-# --- launch scripts, end to end on CPU --------------------------------------------------------- #
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# --- launch scripts, end to end on CPU: vcr/train_end2end.py on the tiny VCR data ------------------ #
+FAULTS = os.path.join(ROOT, "tests", "fault_injection.py")
 
 
 def _script(name):
     return os.path.join(ROOT, "scripts", name)
 
 
-def _tiny():
-    from tests.tiny_train import SCRIPT, write_config
-    return SCRIPT, write_config
+def _weights_distance(a, b):
+    return sum(float((a[k].double() - b[k].double()).pow(2).sum()) for k in a if a[k].is_floating_point()) ** 0.5
 
 
-def test_dist_run_single_two_cpu_ranks_default_model_dir(tmp_path):
-    script, write_config = _tiny()
-    cfg = write_config(tmp_path)
-    # no MODEL_DIR: outputs go under ./ ; extra args reach the script
-    proc = subprocess.run([_script("dist_run_single.sh"), "2", script, cfg, "--opts", "TRAIN.END_EPOCH", "2"],
-                          cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    folder = tmp_path / "output" / "tiny" / "train_train"
-    final = torch.load(str(folder / "final.pt"), weights_only=True)
-    # 40 samples on 2 ranks in batches of 4: 5 micro-batches per rank per epoch, k=2 -> 3 steps
-    assert (final["world_size"], final["global_step"]) == (2, 6)
-    assert sorted(f for f in os.listdir(str(folder)) if f.endswith(".model"))[:2] == ["tiny-0000.model",
-                                                                                      "tiny-0001-b0000002.model"]
+def _dist_run_single(cwd, opts, model_dir=()):
+    proc = subprocess.run([_script("dist_run_single.sh"), "2", ENTRY, CFG] + list(model_dir) + ["--opts"] + opts,
+                          cwd=str(cwd), env=dict(os.environ, **LAUNCH_ENV), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
 
 
-def test_failing_rank_stops_the_job_with_its_error(tmp_path):
-    script, write_config = _tiny()
-    cfg = write_config(tmp_path)
+def test_dist_run_single_two_cpu_ranks_accumulating(tmp_path, tiny_vcr):
+    """2 ranks, batches of 1, k = 2, through dist_run_single.sh without MODEL_DIR (outputs under ./;
+    the extra args reach the script)."""
+    _dist_run_single(tmp_path, tiny_vcr.opts(ACCUMULATION_OPTS, TRAIN__BATCH_IMAGES=1, TRAIN__GRAD_ACCUMULATE_STEPS=2))
+    final = checkpoint(tmp_path, 1)
+    # 8 items on 2 ranks in batches of 1: 4 micro-batches per rank per epoch, k = 2 -> 2 steps per epoch
+    assert (len(final["rng"]), final["train_state"]["global_step"]) == (2, 4)
+
+
+@pytest.mark.slow
+def test_two_ranks_accumulating_equal_two_ranks_with_double_batches(tmp_path, tiny_vcr, tiny_init):
+    """2 ranks x batches of 1 x k = 2 reach the weights of 2 ranks x batches of 2 (DDP syncs the last
+    micro-batch of a group only). Each rank draws its own dropout masks (the image path's dropout 0.1 is
+    fixed), the same in both layouts; the same runs on 1 rank would draw other masks."""
+    runs = {}
+    for batch, k in ((1, 2), (2, 1)):
+        model_dir = tmp_path / "b{}k{}".format(batch, k)
+        opts = tiny_vcr.opts(ACCUMULATION_OPTS, TRAIN__BATCH_IMAGES=batch, TRAIN__GRAD_ACCUMULATE_STEPS=k)
+        _dist_run_single(tmp_path, opts, [str(model_dir)])
+        runs[k] = checkpoint(model_dir, 1)["state_dict"]
+    moved = _weights_distance(runs[1], checkpoint(tiny_init[0], 0)["state_dict"])
+    assert moved > 1e-4 and _weights_distance(runs[2], runs[1]) < 1e-4 * moved
+
+
+def test_failing_rank_stops_the_job_with_its_error(tmp_path, tiny_vcr):
     tic = time.time()
-    proc = subprocess.run([_script("dist_run_single.sh"), "2", script, cfg, str(tmp_path)],
-                          env=dict(os.environ, TINY_FAIL_RANK="1"), capture_output=True, text=True, timeout=240)
+    proc = subprocess.run([_script("dist_run_single.sh"), "2", FAULTS, CFG, str(tmp_path), "--opts"] + tiny_vcr.opts(),
+                          env=dict(os.environ, FAULT_FAIL_RANK="1", **LAUNCH_ENV), capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode != 0
     assert "RuntimeError: injected failure on rank 1" in proc.stdout + proc.stderr
-    assert time.time() - tic < 120  # ended by torchrun, not by the 60 s collective timeout of a hang
+    assert time.time() - tic < 180  # ended by torchrun, not by a collective's timeout
 
 
 def _fake_slurm(tmp_path):
@@ -191,35 +206,33 @@ def _fake_slurm(tmp_path):
 
 
 @pytest.mark.slow
-def test_dist_run_slurm_two_tasks(tmp_path):
-    script, write_config = _tiny()
-    cfg = write_config(tmp_path)
+def test_dist_run_slurm_two_tasks(tmp_path, tiny_vcr):
     bin_dir = _fake_slurm(tmp_path)
+    opts = " ".join(tiny_vcr.opts())
     env = dict(os.environ, PATH="{}:{}".format(bin_dir, os.environ["PATH"]), GPUS_PER_NODE="2",
-               MASTER_PORT=str(free_port()), PY_ARGS="--opts TRAIN.END_EPOCH 1")
-    proc = subprocess.run([_script("dist_run_slurm.sh"), "part", "job", script, cfg, str(tmp_path / "w"), "2"],
-                          env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+               MASTER_PORT=str(free_port()), PY_ARGS="--opts " + opts, **LAUNCH_ENV)
+    proc = subprocess.run([_script("dist_run_slurm.sh"), "part", "job", ENTRY, CFG, str(tmp_path / "w"), "2"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     args = (bin_dir / "srun_args").read_text()
     assert "-p part --job-name=job --gres=gpu:2 --ntasks=2 --ntasks-per-node=2" in args
-    assert "--kill-on-bad-exit=1" in args and args.rstrip().endswith("--slurm --dist --opts TRAIN.END_EPOCH 1")
-    final = torch.load(str(tmp_path / "w" / "output" / "tiny" / "train_train" / "final.pt"), weights_only=True)
-    assert (final["world_size"], final["global_step"]) == (2, 3)
+    assert "--kill-on-bad-exit=1" in args and args.rstrip().endswith("--slurm --dist --opts " + opts)
+    final = checkpoint(tmp_path / "w", 0)
+    # 16 items on 2 ranks in batches of 2, k = 2: 4 micro-batches per rank -> 2 steps
+    assert (len(final["rng"]), final["train_state"]["global_step"]) == (2, 2)
 
 
 @pytest.mark.slow
-def test_dist_run_multi_two_nodes_on_localhost(tmp_path):
-    script, write_config = _tiny()
-    cfg = write_config(tmp_path)
-    env = dict(os.environ, MASTER_PORT=str(free_port()))
-    procs = [subprocess.Popen([_script("dist_run_multi.sh"), "2", str(node), "127.0.0.1", "1", script, cfg,
-                               str(tmp_path / "m"), "--opts", "TRAIN.END_EPOCH", "1"],
+def test_dist_run_multi_two_nodes_on_localhost(tmp_path, tiny_vcr):
+    env = dict(os.environ, MASTER_PORT=str(free_port()), **LAUNCH_ENV)
+    procs = [subprocess.Popen([_script("dist_run_multi.sh"), "2", str(node), "127.0.0.1", "1", ENTRY, CFG,
+                               str(tmp_path / "m"), "--opts"] + tiny_vcr.opts(),
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for node in (0, 1)]
-    outs = [p.communicate(timeout=240)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
-    final = torch.load(str(tmp_path / "m" / "output" / "tiny" / "train_train" / "final.pt"), weights_only=True)
-    assert (final["world_size"], final["global_step"]) == (2, 3)
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[-3000:] for o in outs]
+    final = checkpoint(tmp_path / "m", 0)
+    assert (len(final["rng"]), final["train_state"]["global_step"]) == (2, 2)
 
 
 def test_usage_errors():

@@ -10,11 +10,11 @@ from torchvision.models import resnet as tv_resnet
 
 from common.modeling.backbone import FrozenBatchNorm2d
 from common.modeling.fast_rcnn import FastRCNN, coordinate_embeddings
+from tests.conftest import LEGACY
 from vcr.function.config import load_config
 
 torch.set_num_threads(1)
 
-SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
 VCR_BASE = "cfgs/vcr/base_q2a_4x16G_fp32.yaml"
 
 
@@ -81,11 +81,11 @@ def roi_align_by_hand(feature, box, scale, size=14):
 
 def test_vcr_base_keys_and_shapes():
     """ResNet-101, stride in 1x1, dilated C5, final dim 768: the reference's image_feature_extractor.* tensors."""
-    with open(os.path.join(SHARED, "legacy", "vcr_base_state_dict_shapes.json")) as f:
+    with open(os.path.join(LEGACY, "vcr_base_state_dict_shapes.json")) as f:
         reference = json.load(f)[VCR_BASE]
     prefix = "image_feature_extractor."
     expected = {k[len(prefix):]: v for k, v in reference.items() if k.startswith(prefix)}
-    cfg = load_config(os.path.join(SHARED, "legacy", VCR_BASE), ["NETWORK.IMAGE_PRETRAINED", ""])
+    cfg = load_config(os.path.join(LEGACY, VCR_BASE), ["NETWORK.IMAGE_PRETRAINED", ""])
     net = cfg.NETWORK
     model = FastRCNN(cfg, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
                      enable_cnn_reg_loss=net.ENABLE_CNN_REG_LOSS and not net.CNN_LOSS_TOP)

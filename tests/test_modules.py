@@ -8,9 +8,9 @@ import torch.nn.functional as F
 
 from common.losses import masked_lm_loss, soft_cross_entropy
 from common.modeling.vlbert_module import collect_obj_reps, pack_text_pair
-from tests.conftest import SHARED
+from tests.conftest import LEGACY
 
-CFGS = os.path.join(SHARED, 'legacy', 'cfgs')
+CFGS = os.path.join(LEGACY, 'cfgs')
 NO_WEIGHTS = ['NETWORK.BERT_MODEL_NAME', '', 'NETWORK.IMAGE_PRETRAINED', '']
 TINY = NO_WEIGHTS + ['NETWORK.IMAGE_NUM_LAYERS', 18, 'NETWORK.IMAGE_FINAL_DIM', 32,
                      'NETWORK.VLBERT.hidden_size', 32, 'NETWORK.VLBERT.visual_size', 32,
@@ -37,7 +37,7 @@ def num_parameters(model):
 # ---------------------------------------------------------------- checkpoint compatibility
 
 def test_vcr_base_state_dict_equals_reference():
-    with open(os.path.join(SHARED, 'legacy', 'vcr_base_state_dict_shapes.json')) as f:
+    with open(os.path.join(LEGACY, 'vcr_base_state_dict_shapes.json')) as f:
         expected = json.load(f)['cfgs/vcr/base_q2a_4x16G_fp32.yaml']
     model = build('vcr', 'base_q2a_4x16G_fp32.yaml', NO_WEIGHTS)
     assert {k: list(v.shape) for k, v in model.state_dict().items()} == expected

@@ -16,6 +16,7 @@ from common.hooks.lr_scheduler import LRSchedulerHook
 from common.hooks.speedometer import Speedometer
 from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
+from common.logs import setup_run_logging
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.eval_metric import EvalMetric
 from common.train_state import check_train_state, new_train_state
@@ -360,7 +361,9 @@ def test_train_state_round_trip_and_missing_key():
         check_train_state(broken)
 
 
-def test_logging_speedometer_and_epoch_callbacks(capsys):
+def test_logging_speedometer_and_epoch_callbacks(tmp_path):
+    log_file = str(tmp_path / "run.log")
+    setup_run_logging(log_file)
     model = Toy()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     metrics = CompositeEvalMetric([MSE()])
@@ -372,7 +375,7 @@ def test_logging_speedometer_and_epoch_callbacks(capsys):
 
     _run(model, opt, _batches(6, 2), k=2, metrics=metrics, writer=writer,
          hooks=[Speedometer(2, frequent=2, batches_per_epoch=6, epochs=1), OnEpoch(epoch_cb)])
-    out = capsys.readouterr().out.splitlines()
+    out = [line.split(" ", 2)[2] for line in open(log_file).read().splitlines()]  # (after the time stamp)
     assert out[0].startswith("Epoch[0] Batch [0]\tSpeed: - samples/sec ETA: - d - h - m\tTrain-MSE=")
     assert out[1].startswith("Epoch[0] Batch [2]\tSpeed: ") and " samples/s ETA: 0 d  0 h  0 m\tData: " in out[1]
     assert len(out) == 3 and out[1].endswith(",\t")

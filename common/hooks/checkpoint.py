@@ -1,7 +1,9 @@
 """Checkpoint hooks: at epoch ends and every N optimizer steps.
 
 Both run on every rank (the RNG states of all ranks are gathered into the file); only rank 0
-writes. File names and contents: :mod:`common.checkpoint`.
+writes. File names and contents: :mod:`common.checkpoint`. The TensorBoard writer is flushed
+before each file is written, so the points up to a checkpoint outlive a crash after it (a resumed
+run hides the later ones, see ``purge_step`` in common/engine.py).
 """
 from common.checkpoint import (best_checkpoint_path, epoch_checkpoint_path, prune_step_checkpoints,
                                save_checkpoint, step_checkpoint_path)
@@ -10,6 +12,8 @@ from .base import HookBase
 
 
 def _save(paths, ctx, validation_monitor, cfg):
+    if ctx.writer is not None:
+        ctx.writer.flush()
     save_checkpoint(paths, ctx.net, ctx.optimizer, validation_monitor=validation_monitor, scaler=ctx.scaler,
                     lr_scheduler=ctx.lr_scheduler, train_state=ctx.state, config=cfg)
 

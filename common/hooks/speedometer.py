@@ -1,10 +1,11 @@
 """Speedometer hook: the reference's progress line every ``frequent`` micro-batches."""
-import logging
 import time
+
+from common.logs import get_logger
 
 from .base import HookBase
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class Speedometer(HookBase):
@@ -64,4 +65,3 @@ class Speedometer(HookBase):
             line = "Rank[{:3d}]".format(ctx.rank) + line
         if ctx.is_main:
             logger.info(line)
-            print(line)

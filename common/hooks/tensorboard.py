@@ -2,8 +2,9 @@
 
 X axis of every training scalar: the global micro-batch index ``epoch * len(loader) +
 micro_batch`` (the reference release's axis; with GRAD_ACCUMULATE_STEPS = k it advances by k
-per optimizer step). Validation scalars (``Val-*``, written by the validation monitor) use the
-number of epochs done.
+per optimizer step). Validation scalars (``Val-*``, written by the validation monitor) share it, at
+the index of the epoch's last micro-batch. A resumed run's writer drops the points past its
+checkpoint (``purge_step``), so each x has one point.
 """
 import resource
 import time

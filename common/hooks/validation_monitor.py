@@ -1,11 +1,11 @@
 """Validation hook: after each epoch run the validation function, track the best host metric."""
-import logging
-
 import torch.distributed as dist
+
+from common.logs import get_logger
 
 from .base import HookBase
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def _is_main() -> bool:
@@ -51,10 +51,13 @@ class ValidationMonitor(HookBase):
         self.best_val = float(state_dict["best_val"])
 
     def after_epoch(self, ctx) -> None:
-        """Validate ``ctx.net`` after ``ctx.epoch`` (writes ``Val-*`` scalars at ``epoch + 1``)."""
-        self(ctx.epoch, ctx.net, ctx.writer)
+        """Validate ``ctx.net`` after ``ctx.epoch``; the ``Val-*`` scalars go on the training scalars'
+        axis, at the global index of the epoch's last micro-batch."""
+        self(ctx.epoch, ctx.net, ctx.writer, step=(ctx.epoch + 1) * ctx.batches_per_epoch - 1)
 
-    def __call__(self, epoch: int, net, writer=None) -> None:
+    def __call__(self, epoch: int, net, writer=None, step=None) -> None:
+        """Validate after 0-based ``epoch``; ``step`` is the TensorBoard x of the ``Val-*`` scalars
+        (None: ``epoch + 1``, the reference's axis)."""
         self.val_func(net, self.val_loader, self.metrics, self.label_index_in_batch)
         values = dict(self.metrics.get_name_value())
         if self.host_metric_name not in values:
@@ -67,14 +70,9 @@ class ValidationMonitor(HookBase):
         if not _is_main():
             return
         if improved:
-            _log("New Best Val {}: {}, Epoch: {}".format(self.host_metric_name, self.best_val, self.best_epoch))
-        _log("Epoch[{:d}] \tVal-".format(epoch) + "".join("{}={:f},\t".format(n, v) for n, v in values.items()))
-        _log("Best Val {}: {}, Epoch: {}".format(self.host_metric_name, self.best_val, self.best_epoch))
+            logger.info("New Best Val %s: %s, Epoch: %d", self.host_metric_name, self.best_val, self.best_epoch)
+        logger.info("Epoch[{:d}] \tVal-".format(epoch) + "".join("{}={:f},\t".format(n, v) for n, v in values.items()))
+        logger.info("Best Val %s: %s, Epoch: %d", self.host_metric_name, self.best_val, self.best_epoch)
         if writer is not None:
             for name, value in values.items():
-                writer.add_scalar("Val-" + name, value, epoch + 1)
-
-
-def _log(line: str) -> None:
-    logger.info(line)
-    print(line)
+                writer.add_scalar("Val-" + name, value, epoch + 1 if step is None else step)

@@ -15,16 +15,16 @@ Parameter names equal the reference's (``word_embeddings``, ``end_embedding``, `
 ``visual_ln_text`` ..., ``encoder.layer.N.*``, ``pooler``, ``relationsip_head`` [sic], ``mlm_head``,
 ``mvrc_head``).
 """
-import logging
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.logs import get_logger
 from common.modeling.nlp.heads import BertOnlyMLMHead, MVRCHead, RelationshipHead
 from common.modeling.nlp.modeling import BertEncoder, BertPooler, LayerNorm, attention_bias, init_bert_weights
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Word ids below this are special tokens ([PAD], [unusedN], [CLS], [SEP], [MASK] in BERT's vocabularies);
 # with ``word_embedding_frozen`` they keep a trainable copy (reference release constant).

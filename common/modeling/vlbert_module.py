@@ -1,15 +1,15 @@
 """What the VL-BERT task models (VCR, VQA, pretraining) share: pretrained language weights, special token
 ids, object-linguistic embeddings, answer classifiers, input packing and frozen-BN handling."""
-import logging
 
 import torch
 import torch.nn as nn
 
+from common.logs import get_logger
 from common.modeling.module import Module
 from common.modeling.nlp.bert_loading import language_pretrained_weights, special_token_ids
 from common.modeling.nlp.modeling import BertPredictionHeadTransform
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Object classes of the reference's COCO-style detections: 80 classes + background.
 NUM_OBJECT_CLASSES = 81

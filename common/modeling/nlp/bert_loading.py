@@ -10,17 +10,17 @@ Both are turned into one canonical form: encoder keys without prefix (``embeddin
 ``weight``/``bias``.
 """
 import json
-import logging
 import os
 import re
 import warnings
 
 
 from common.errors import UserInputError
+from common.logs import get_logger
 from common.modeling.module import RandomInitWarning
 from common.safe_load import load_tensors
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 CONFIG_FILES = ('bert_config.json', 'config.json')
 WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin')
