@@ -19,26 +19,31 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENTRY = os.path.join(ROOT, "vcr", "train_end2end.py")
 
 
-def _batch_end_fault(param):
-    kill_after = int(os.environ.get("FAULT_KILL_AFTER_STEP", -1))
-    if param.add_step and param.state.global_step == kill_after:
-        if param.context.writer is not None:
-            param.context.writer.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
-    if str(param.rank or 0) == os.environ.get("FAULT_FAIL_RANK"):
-        raise RuntimeError("injected failure on rank {}".format(param.rank))
+def _fault_hook():
+    """A hook that runs after the checkpoint hooks at each micro-batch end."""
+    from common.hooks.base import HookBase
+
+    class FaultHook(HookBase):
+        def after_batch(self, ctx):
+            kill_after = int(os.environ.get("FAULT_KILL_AFTER_STEP", -1))
+            if ctx.step_ended and ctx.state["global_step"] == kill_after:
+                if ctx.writer is not None:
+                    ctx.writer.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            if str(ctx.rank or 0) == os.environ.get("FAULT_FAIL_RANK"):
+                raise RuntimeError("injected failure on rank {}".format(ctx.rank))
+    return FaultHook()
 
 
 def _install_batch_end_fault():
-    """Append the fault to the checkpoint callbacks the engine builds (so it runs after them)."""
+    """Append the fault to the checkpoint hooks the engine builds (so it runs after them)."""
     import common.engine
 
-    real = common.engine.checkpoint_callbacks
+    real = common.engine.checkpoint_hooks
 
-    def checkpoint_callbacks(prefix, cfg):
-        epoch_end, batch_end = real(prefix, cfg)
-        return epoch_end, batch_end + [_batch_end_fault]
-    common.engine.checkpoint_callbacks = checkpoint_callbacks
+    def checkpoint_hooks(prefix, cfg, validation_monitor=None):
+        return real(prefix, cfg, validation_monitor) + [_fault_hook()]
+    common.engine.checkpoint_hooks = checkpoint_hooks
 
 
 def _install_kill_in_save(n):

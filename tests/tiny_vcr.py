@@ -254,12 +254,12 @@ def _pretrain_checkpoint(path, inputs, cfg_name, with_rel_head):
     """A reference-style pretraining checkpoint (DataParallel ``module.`` keys, fp16 floats) of the tiny
     architecture, every tensor random (unlike any fresh init)."""
     from pretrain.function.config import load_config
-    from pretrain.modules import build_model
+    from pretrain.modules import MODELS
 
     cfg = load_config(os.path.join(ROOT, "cfgs", "pretrain", cfg_name),
                       _network_opts(inputs.opts()) + ["NETWORK.WITH_REL_LOSS", with_rel_head, "NETWORK.IMAGE_PRETRAINED", ""])
     torch.manual_seed(1)
-    model = build_model(cfg)
+    model = MODELS.build(cfg)
     g = torch.Generator().manual_seed(2)
     random = {}  # per tensor: res5 is one module under two names, with one value in a real file
     for k, v in model.state_dict().items():
