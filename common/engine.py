@@ -13,7 +13,7 @@ import logging
 import os
 import random
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -45,11 +45,15 @@ class Task:
         host_metric_name: validation metric that picks the best epoch (e.g. 'Acc').
         find_unused_parameters: the model may leave trainable params out of a step's graph
             (DDP must then look for them, which costs a graph traversal per synced micro-batch).
+        check_config: (config, source) -> None; warns about keys without effect and raises
+            ConfigError on refused values (the task config's ``check_config``, see
+            :mod:`common.config_keys`). Called first by the entry points.
     """
     build_model: Callable
     build_metrics: Callable
     host_metric_name: str = "Acc"
     find_unused_parameters: bool = False
+    check_config: Optional[Callable] = None
 
 
 def check_inputs(cfg):
@@ -96,8 +100,11 @@ def load_for_inference(task, cfg, ckpt_path, device):
     """The task's model with the weights of the checkpoint file ``ckpt_path``, in eval mode.
 
     Raises:
+        common.config.ConfigError: a config value the task refuses (``task.check_config``).
         common.checkpoint.CheckpointError: the file is not a checkpoint or does not fit the model.
     """
+    if task.check_config is not None:
+        task.check_config(cfg)
     model = task.build_model(cfg)
     load_model_state_dict(model, load_checkpoint_file(ckpt_path)["state_dict"], source=ckpt_path)
     return model.to(device).eval()
@@ -107,7 +114,12 @@ def load_for_inference(task, cfg, ckpt_path, device):
 def run_validation(net, val_loader, metrics, label_index_in_batch):
     """Evaluate ``net`` on ``val_loader``: labels are taken out of each batch and put into the outputs.
 
+    The one evaluation rule of the project: the forward runs in fp32 (autocast off), whatever the
+    training precision, so epoch-end validation and the val/test scripts give the same predictions
+    for the same weights (fp16/bf16 logits of close candidates tie, and argmax then picks the first).
+
     Args:
+        metrics: ``reset()`` first, then ``update(outputs)`` per batch (outputs hold ``label``).
         label_index_in_batch: index of the label in the batch tuple (DATASET.LABEL_INDEX_IN_BATCH).
     """
     if isinstance(net, torch.nn.parallel.DistributedDataParallel):
@@ -116,12 +128,13 @@ def run_validation(net, val_loader, metrics, label_index_in_batch):
     net.eval()
     metrics.reset()
     device = next(net.parameters()).device
-    for batch in val_loader:
-        batch = to_device(list(batch), device)
-        label = batch.pop(label_index_in_batch)
-        outputs = net(*batch)
-        outputs["label"] = label
-        metrics.update(outputs)
+    with amp.full_precision(net):
+        for batch in val_loader:
+            batch = to_device(list(batch), device)
+            label = batch.pop(label_index_in_batch)
+            outputs = net(*batch)
+            outputs["label"] = label
+            metrics.update(outputs)
     net.train(was_training)
 
 
@@ -134,6 +147,8 @@ def train_net(args, cfg, task):
     Returns:
         (rank, model): the rank of this process and the trained model (unwrapped from DDP).
     """
+    if task.check_config is not None:
+        task.check_config(cfg, args.cfg)
     check_inputs(cfg)
     dist_ctx = cdist.init_distributed(args.dist, args.slurm)
     rank, world_size, device = dist_ctx.rank, dist_ctx.world_size, dist_ctx.device
@@ -187,7 +202,8 @@ def train_net(args, cfg, task):
               rank=rank, batch_end_callbacks=batch_end, epoch_end_callbacks=epoch_end, writer=writer,
               validation_monitor=validation_monitor, fp16=train_cfg.FP16, clip_grad_norm=train_cfg.CLIP_GRAD_NORM,
               gradient_accumulate_steps=train_cfg.GRAD_ACCUMULATE_STEPS, state=state, scaler=scaler,
-              max_consecutive_skips=train_cfg.MAX_CONSECUTIVE_SKIPS, log_frequent=cfg.LOG_FREQUENT)
+              max_consecutive_skips=train_cfg.MAX_CONSECUTIVE_SKIPS, log_frequent=cfg.LOG_FREQUENT,
+              val_frequent=cfg.VAL_FREQUENT)
         cdist.barrier()  # all ranks finish before the group is destroyed (a rank leaving early aborts the others)
     finally:
         if writer is not None:

@@ -169,6 +169,7 @@ class _Loop:
         self.params = [p for g in ctx.optimizer.param_groups for p in g["params"] if p.requires_grad]
         self.world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         self.attempts = 0  # optimizer steps tried in this call (applied or skipped)
+        self.train_seconds = 0.0  # wall time of run_epoch in this call (validation excluded)
         self.samples = 0   # samples since the last log point, this rank
         self.grad_norm = None  # total norm of the last clipped step
         self.tic = time.perf_counter()
@@ -267,6 +268,16 @@ class _Loop:
                         state.last_finite_loss))
         ctx.optimizer.zero_grad(set_to_none=True)
 
+    def summary(self):
+        """The end-of-run line: applied and skipped optimizer steps (whole run, resumes included),
+        the final loss scale and the seconds per optimizer step of this call."""
+        state = self.ctx.state
+        per_step = self.train_seconds / self.attempts if self.attempts else float("nan")
+        return ("Training summary: {} optimizer steps applied, {} skipped (inf/nan gradients); final loss scale "
+                "{:g}; {:.4f} s per optimizer step ({} steps in {:.1f} s of training in this run)".format(
+                    state.global_step, state.skipped_steps, self.ctx.scaler.scale, per_step, self.attempts,
+                    self.train_seconds))
+
     def _log(self, epoch, nbatch, n, group_loss, bar):
         """Scalars at a log point. ``metrics.get()`` runs on every rank: it may all-reduce."""
         values = dict(self.metrics.get_name_value()) if self.metrics is not None else {}
@@ -296,7 +307,8 @@ def train(net, optimizer, lr_scheduler, train_loader, train_sampler, metrics, be
           logger, rank=None, batch_end_callbacks=None, epoch_end_callbacks=None, writer=None,
           validation_monitor=None, fp16=False, clip_grad_norm=-1, gradient_accumulate_steps=1, *,
           state: Optional[TrainState] = None, scaler: Optional[amp.LossScaler] = None,
-          max_consecutive_skips: int = DEFAULT_MAX_CONSECUTIVE_SKIPS, log_frequent: int = 1) -> TrainState:
+          max_consecutive_skips: int = DEFAULT_MAX_CONSECUTIVE_SKIPS, log_frequent: int = 1,
+          val_frequent: int = 1) -> TrainState:
     """Train ``net`` from ``begin_epoch`` (or ``state``) to ``end_epoch`` (exclusive).
 
     Positional arguments are the reference release's ``train``. ``net(*batch)`` must return
@@ -316,9 +328,13 @@ def train(net, optimizer, lr_scheduler, train_loader, train_sampler, metrics, be
         scaler: loss scaler; default the one ``amp.initialize`` attached, else fp32 (no scaling).
         max_consecutive_skips: skipped steps in a row that stop training (TRAIN.MAX_CONSECUTIVE_SKIPS).
         log_frequent: write scalars every this many optimizer steps (metrics are read then).
+        val_frequent: validate after epochs ``e`` with ``(e + 1) % val_frequent == 0`` and after the
+            last one (VAL_FREQUENT); a plateau schedule steps after each validation.
 
     Returns:
-        The final :class:`TrainState`.
+        The final :class:`TrainState`. Rank 0 logs a summary at the end: optimizer steps applied and
+        skipped, the final loss scale and the mean wall time per optimizer step of this call
+        (training only: from the first batch of an epoch to its last step, validation excluded).
 
     Raises:
         ValueError: bad k, fp16 without ``amp.initialize``, plateau schedule without a
@@ -327,8 +343,8 @@ def train(net, optimizer, lr_scheduler, train_loader, train_sampler, metrics, be
     """
     if not isinstance(gradient_accumulate_steps, int) or gradient_accumulate_steps < 1:
         raise ValueError("TRAIN.GRAD_ACCUMULATE_STEPS must be an int >= 1, got {!r}".format(gradient_accumulate_steps))
-    if max_consecutive_skips < 1 or log_frequent < 1:
-        raise ValueError("max_consecutive_skips and log_frequent must be >= 1")
+    if max_consecutive_skips < 1 or log_frequent < 1 or val_frequent < 1:
+        raise ValueError("max_consecutive_skips, log_frequent and val_frequent (VAL_FREQUENT) must be >= 1")
     scaler = scaler or amp.scaler_of(optimizer)
     if scaler is None:
         if fp16:
@@ -353,13 +369,18 @@ def train(net, optimizer, lr_scheduler, train_loader, train_sampler, metrics, be
             metrics.reset()
         net.train()
         optimizer.zero_grad(set_to_none=True)
+        tic = time.perf_counter()
         loop.run_epoch(epoch)
+        loop.train_seconds += time.perf_counter() - tic
 
         state.epoch, state.epoch_batch = epoch + 1, 0
-        if validation_monitor is not None:
+        validate = validation_monitor is not None and ((epoch + 1) % val_frequent == 0 or epoch + 1 == end_epoch)
+        if validate:
             validation_monitor(epoch, net, optimizer, ctx.writer)
-        if plateau:
+        if plateau and validate:
             lr_scheduler.step(validation_monitor.host_value)
         _call_all(epoch_end_callbacks, epoch, net, optimizer, ctx.writer, validation_monitor=validation_monitor,
                   state=state, lr_scheduler=lr_scheduler, scaler=scaler)
+    if is_main:
+        logger.info(loop.summary())
     return state

@@ -15,8 +15,7 @@ def main():
     if args.do_test and rank == 0:
         folder = train_output_folder(cfg, args.cfg)
         ckpt = os.path.join(folder, "{}-best.model".format(cfg.MODEL_PREFIX))
-        test_net(cfg, ckpt, save_path=os.path.join(folder, "test_result"), save_name=cfg.MODEL_PREFIX,
-                 fp16=cfg.TRAIN.FP16)
+        test_net(cfg, ckpt, save_path=os.path.join(folder, "test_result"), save_name=cfg.MODEL_PREFIX)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ from common.engine import Task, train_net as _train_net
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.vcr_metrics import Accuracy, LossLogger
 import vcr.data  # noqa: F401  (registers the 'vcr' dataset)
+from vcr.function.config import check_config
 from vcr.modules import build_model
 
 
@@ -20,7 +21,8 @@ def build_metrics(cfg, for_training):
     return metrics
 
 
-VCR_TASK = Task(build_model=build_model, build_metrics=build_metrics, host_metric_name="Acc")
+VCR_TASK = Task(build_model=build_model, build_metrics=build_metrics, host_metric_name="Acc",
+                check_config=check_config)
 
 
 def train_net(args, cfg):
