@@ -1,5 +1,5 @@
 """Pretraining config: the shared defaults plus pretraining keys (reference ``pretrain/function/config.py``),
-and what each key does here (``KEY_STATUS``): the pretraining models exist, their data and training not yet.
+and what each key does here (``KEY_STATUS``): the pretraining models exist, pretraining itself not yet.
 
 ``DATASET`` may be a list of mappings in YAML (one per data set); each entry is completed with the
 DATASET defaults below.
@@ -8,7 +8,7 @@ from common.config import common_defaults, task_api
 from common.config_keys import DONE, check_config as _check_config, refused, task_key_status, warned
 from vqa.function.config import DATA_KEYS
 
-NO_TRAINING = refused("pretraining is not in this release yet (no Conceptual Captions / text corpus data loader)")
+NO_TRAINING = refused("pretraining is not in this release yet (no pretrain/train_end2end.py)")
 
 
 def pretrain_defaults():

@@ -1,9 +1,9 @@
 """VQA config: the shared defaults plus VQA's own keys (reference ``vqa/function/config.py``), and what
-each key does here (``KEY_STATUS``): the VQA model exists, VQA data loading and training do not yet."""
+each key does here (``KEY_STATUS``): the VQA model exists, VQA training does not yet."""
 from common.config import common_defaults, task_api
 from common.config_keys import DONE, check_config as _check_config, refused, task_key_status, warned
 
-NO_TRAINING = refused("VQA training and evaluation are not in this release yet (no VQA data loader)")
+NO_TRAINING = refused("VQA training is not in this release yet (no vqa/train_end2end.py)")
 DATA_KEYS = ("DATASET.APPEND_INDEX", "DATASET.TASK", "DATASET.BASIC_ALIGN", "DATASET.DATASET_PATH",
              "DATASET.TRAIN_IMAGE_SET", "DATASET.VAL_IMAGE_SET", "DATASET.TEST_IMAGE_SET",
              "DATASET.TRAIN_ANNOTATION_FILE", "DATASET.VAL_ANNOTATION_FILE", "DATASET.TEST_ANNOTATION_FILE",
