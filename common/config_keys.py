@@ -5,7 +5,8 @@ without one):
 
 * ``IMPLEMENTED``: the code acts on the key with the reference release's meaning.
 * ``warned(reason)``: accepted but without effect (mostly keys the reference declared and never
-  read); a value other than the default gives a :class:`ConfigKeyWarning` naming the key.
+  read); a value other than the default logs a ``warning:`` line naming the key (logger
+  ``vlbert.config``, so it reaches the console and the run's log).
 * ``refused(reason)``: a value other than the default would give silently wrong results or a
   crash deep inside; :func:`check_config` stops with a :class:`~common.config.ConfigError`.
 
@@ -16,7 +17,7 @@ their status and that of its own keys in a ``KEY_STATUS`` table passed to :func:
 The entry points (``common.engine.train_net``, ``load_for_inference``) call the task's
 ``check_config(cfg)`` before anything else.
 """
-import warnings
+import logging
 from typing import NamedTuple
 
 from yacs.config import CfgNode
@@ -48,9 +49,7 @@ def refused(reason):
     return Status(REFUSED, reason)
 
 
-class ConfigKeyWarning(UserWarning):
-    """A config key is set to a value that has no effect here."""
-
+logger = logging.getLogger("vlbert.config")
 
 _REFERENCE_UNUSED = "it has no effect (the reference release never read it either)"
 
@@ -244,8 +243,9 @@ def check_config(cfg, defaults, status, source="config"):
         defaults (CfgNode): the task's defaults (a DATASET list entry is compared with the DATASET defaults).
         status (dict): the task's table from :func:`task_key_status`.
         source (str): named in messages (the config file).
-    Warns:
-        ConfigKeyWarning: one per WARNED key whose value differs from the default.
+    Logs:
+        one ``warning: <source>: <key> = <value>: <reason>; the value is ignored`` line per WARNED
+        key whose value differs from the default.
     Raises:
         ConfigError: REFUSED keys set to non-default values (all of them, in one message).
         KeyError: a key of ``cfg`` has no status (a defaults key added without one).
@@ -260,7 +260,7 @@ def check_config(cfg, defaults, status, source="config"):
             continue
         message = "{}: {} = {!r}: {}".format(source, key, value, entry.reason)
         if entry.kind == WARNED:
-            warnings.warn(message + "; the value is ignored", ConfigKeyWarning, stacklevel=2)
+            logger.warning("warning: %s; the value is ignored", message)
         else:
             refusals.append("{} (default {!r})".format(message, default_values[key]))
     if refusals:
