@@ -142,6 +142,7 @@ class LossScaler:
              parameters=None) -> StepResult:
         """Unscale (if not done yet), clip, then ``GradScaler.step`` (which skips the optimizer
         step on inf/nan gradients) unless the clipped norm is not finite; :meth:`update` either way.
+        A param group with a ``max_grad_norm`` entry (> 0) is first clipped to that norm on its own.
 
         Args:
             optimizer: the optimizer whose gradients were produced through :meth:`backward`.
@@ -153,6 +154,9 @@ class LossScaler:
             (unscaled) gradient units.
         """
         self.unscale_(optimizer)
+        for group in optimizer.param_groups:
+            if group.get("max_grad_norm", 0) > 0:  # a group's own limit (e.g. TRAIN.VISUAL_SCALE_CLIP_GRAD_NORM)
+                torch.nn.utils.clip_grad_norm_(group["params"], group["max_grad_norm"])
         grad_norm = None
         finite = True
         if max_norm is not None and max_norm > 0:
@@ -269,12 +273,30 @@ def build_precision(enabled: bool, dtype: Union[str, torch.dtype], device_type: 
 # Apex-style facade for user code
 # --------------------------------------------------------------------------------------------- #
 def _autocast_forward(module, *args, **kwargs):
-    """Forward of a model passed through :func:`initialize`: the original forward under autocast.
+    """Forward of a model passed through :func:`initialize`: the original forward under autocast
+    (in fp32 inside :func:`full_precision`).
 
     A bound method (not a closure) so ``copy.deepcopy`` and pickling rebind it to the copy.
     """
-    with torch.autocast(device_type=module._amp_device_type, dtype=module._amp_dtype):
+    with torch.autocast(device_type=module._amp_device_type, dtype=module._amp_dtype,
+                        enabled=not getattr(module, "_amp_full_precision", False)):
         return module._amp_orig_forward(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def full_precision(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Inside this block ``model``'s forward runs in fp32 with autocast off, also when ``model`` went
+    through :func:`initialize` (whose forward would otherwise turn autocast on again).
+
+    Evaluation uses it: fp16 logits of nearly equal candidates tie, and argmax then picks the first.
+    """
+    before = getattr(model, "_amp_full_precision", False)
+    model._amp_full_precision = True
+    try:
+        with torch.autocast(device_type=next(model.parameters()).device.type, enabled=False):
+            yield model
+    finally:
+        model._amp_full_precision = before
 
 
 def _amp_optimizer_step(optimizer, *args, **kwargs):

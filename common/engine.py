@@ -9,7 +9,6 @@ rest from the config, in the order the design fixes::
 The reference release repeats this set-up in every task's ``function/train.py``; here it is
 written once.
 """
-import functools
 import os
 import random
 from contextlib import nullcontext
@@ -26,6 +25,7 @@ from common.data.build import make_dataloader
 from common.hooks.checkpoint import checkpoint_hooks
 from common.hooks.lr_scheduler import LRSchedulerHook
 from common.hooks.speedometer import Speedometer
+from common.hooks.summary import RunSummary
 from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
 from common.lr_scheduler import build_lr_scheduler, updates_per_epoch
@@ -104,8 +104,10 @@ def load_for_inference(task, cfg, ckpt_path, device):
     """The task's model with the weights of the checkpoint file ``ckpt_path``, in eval mode.
 
     Raises:
+        common.config.ConfigError: a config value the task refuses (``task.check_config``).
         common.checkpoint.CheckpointError: the file is not a checkpoint or does not fit the model.
     """
+    task.check_config(cfg)
     with held_random_init_warnings():  # dropped: the checkpoint sets every weight
         model = task.build_model(cfg)
     load_model_state_dict(model, load_checkpoint_file(ckpt_path)["state_dict"], source=ckpt_path)
@@ -113,12 +115,16 @@ def load_for_inference(task, cfg, ckpt_path, device):
 
 
 @torch.no_grad()
-def run_validation(net, val_loader, metrics, label_index_in_batch, autocast=nullcontext):
+def run_validation(net, val_loader, metrics, label_index_in_batch):
     """Evaluate ``net`` on ``val_loader``: labels are taken out of each batch and put into the outputs.
 
+    The one evaluation rule of the project: the forward runs in fp32 (autocast off), whatever the
+    training precision, so epoch-end validation and the val/test scripts give the same predictions
+    for the same weights (fp16/bf16 logits of close candidates tie, and argmax then picks the first).
+
     Args:
+        metrics: ``reset()`` first, then ``update(outputs)`` per batch (outputs hold ``label``).
         label_index_in_batch: index of the label in the batch tuple (DATASET.LABEL_INDEX_IN_BATCH).
-        autocast: zero-argument callable giving the forward's context (the training precision).
     """
     if isinstance(net, torch.nn.parallel.DistributedDataParallel):
         net = net.module  # no DDP forward: ranks may hold different numbers of val batches
@@ -129,8 +135,7 @@ def run_validation(net, val_loader, metrics, label_index_in_batch, autocast=null
     for batch in val_loader:
         batch = to_device(list(batch), device)
         label = batch.pop(label_index_in_batch)
-        with autocast():
-            outputs = net(*batch)
+        outputs = net(*batch)
         outputs["label"] = label
         metrics.update(outputs)
     net.train(was_training)
@@ -146,6 +151,7 @@ def train_net(args, cfg, task):
     Returns:
         (rank, model): the rank of this process and the trained model (unwrapped from DDP).
     """
+    task.check_config(cfg, args.cfg)
     check_inputs(cfg)
     dist_ctx = cdist.init_distributed(args.dist, args.slurm)
     rank, world_size, device = dist_ctx.rank, dist_ctx.world_size, dist_ctx.device
@@ -164,9 +170,10 @@ def train_net(args, cfg, task):
     optimizer = build_optimizer(cfg, model, world_size)
     autocast, scaler = build_precision(cfg, device)
     lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader))
-    validation = ValidationMonitor(functools.partial(run_validation, autocast=autocast), val_loader,
+    validation = ValidationMonitor(run_validation, val_loader,
                                    task.build_metrics(cfg, False), host_metric_name=task.host_metric_name,
-                                   label_index_in_batch=cfg.DATASET.LABEL_INDEX_IN_BATCH)
+                                   label_index_in_batch=cfg.DATASET.LABEL_INDEX_IN_BATCH,
+                                   val_frequent=cfg.VAL_FREQUENT)
 
     prefix = os.path.join(folder, cfg.MODEL_PREFIX)
     steps_per_epoch = updates_per_epoch(len(train_loader), train_cfg.GRAD_ACCUMULATE_STEPS)
@@ -197,6 +204,7 @@ def train_net(args, cfg, task):
              Speedometer(world_size * train_cfg.BATCH_IMAGES, cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
                          epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
     hooks += checkpoint_hooks(prefix, cfg, validation)
+    hooks.append(RunSummary())
     trainer = Trainer(net, optimizer, train_loader, scaler=scaler, autocast=autocast, hooks=hooks,
                       metrics=task.build_metrics(cfg, True), lr_scheduler=lr_scheduler, writer=writer,
                       rank=rank, grad_accumulate_steps=train_cfg.GRAD_ACCUMULATE_STEPS,
@@ -219,20 +227,18 @@ def inference_device():
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-def test_net(task, cfg, ckpt_path, save_path, save_name, fp16=False):
+def test_net(task, cfg, ckpt_path, save_path, save_name):
     """Predict the test split with the checkpoint ``ckpt_path`` and write the task's result file
-    under ``save_path`` (name from ``save_name``, see :meth:`common.task.Task.write_results`).
+    under ``save_path`` (name from ``save_name``, see :meth:`common.task.Task.write_results`), in
+    fp32 like validation (:func:`run_validation`).
 
-    Args:
-        fp16: forward under autocast in TRAIN.FP16_DTYPE.
     Returns:
         path of the written file.
     """
     device = inference_device()
     model = load_for_inference(task, cfg, ckpt_path, device)
     loader = build_loader(task, cfg, "test")
-    autocast = amp.autocast_context(device.type, cfg.TRAIN.FP16_DTYPE if fp16 else "float32")
-    return task.write_results(cfg, model, loader, save_path, save_name, autocast)
+    return task.write_results(cfg, model, loader, save_path, save_name, nullcontext)
 
 
 def train_main(task, description):
@@ -245,5 +251,4 @@ def train_main(task, description):
     if args.do_test and rank == 0:
         folder = train_output_folder(cfg, args.cfg)
         ckpt = os.path.join(folder, "{}-best.model".format(cfg.MODEL_PREFIX))
-        test_net(task, cfg, ckpt, save_path=os.path.join(folder, "test_result"), save_name=cfg.MODEL_PREFIX,
-                 fp16=cfg.TRAIN.FP16)
+        test_net(task, cfg, ckpt, save_path=os.path.join(folder, "test_result"), save_name=cfg.MODEL_PREFIX)

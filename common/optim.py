@@ -15,9 +15,38 @@ def images_per_step(cfg, world_size: int) -> int:
     return per_rank * world_size * cfg.TRAIN.GRAD_ACCUMULATE_STEPS
 
 
-def param_groups(model: torch.nn.Module, lr_mult, base_lr: float) -> List[dict]:
-    """One group per ``[name_substring, mult]`` of ``lr_mult`` (LR ``base_lr * mult``), in order,
-    then one group (LR ``base_lr``) for every other parameter.
+# Names (suffixes) of the learnable visual scales of VL-BERT: the scalar scales, or the visual LayerNorm
+# gains that replace them with ``visual_ln`` (both start at ``visual_scale_*_init``).
+VISUAL_SCALE_NAMES = {"text": ("visual_scale_text", "visual_ln_text.weight"),
+                      "object": ("visual_scale_object", "visual_ln_object.weight")}
+
+
+def visual_scale_groups(model: torch.nn.Module, train_config, base_lr: float) -> List[dict]:
+    """Param groups of the learnable visual scales, from ``TRAIN.VISUAL_SCALE_{TEXT,OBJECT}_LR_MULT``
+    (LR ``base_lr * mult``) and ``TRAIN.VISUAL_SCALE_CLIP_GRAD_NORM`` (> 0: the group's
+    ``max_grad_norm``, its gradient norm limit before the global clip, see ``common.amp.LossScaler.step``).
+
+    Empty at the defaults (mult 1, no clip), so the groups then equal the reference's.
+    """
+    mults = {"text": train_config.VISUAL_SCALE_TEXT_LR_MULT, "object": train_config.VISUAL_SCALE_OBJECT_LR_MULT}
+    clip = train_config.VISUAL_SCALE_CLIP_GRAD_NORM
+    if all(m == 1.0 for m in mults.values()) and clip <= 0:
+        return []
+    groups = []
+    for kind, suffixes in VISUAL_SCALE_NAMES.items():
+        params = [p for name, p in model.named_parameters() if name.endswith(suffixes)]
+        if params:
+            group = {"params": params, "lr": base_lr * mults[kind]}
+            if clip > 0:
+                group["max_grad_norm"] = clip
+            groups.append(group)
+    return groups
+
+
+def param_groups(model: torch.nn.Module, lr_mult, base_lr: float, first=()) -> List[dict]:
+    """The groups ``first`` (their params are left out of the others), then one group per
+    ``[name_substring, mult]`` of ``lr_mult`` (LR ``base_lr * mult``), in order, then one group
+    (LR ``base_lr``) for every other parameter.
 
     Like the reference, groups hold all parameters, frozen ones included, so optimizer state
     dicts line up with the reference's. A parameter whose name holds several substrings goes to
@@ -29,12 +58,15 @@ def param_groups(model: torch.nn.Module, lr_mult, base_lr: float) -> List[dict]:
     for entry in lr_mult:
         if len(entry) != 2 or not isinstance(entry[0], str) or isinstance(entry[1], str):
             raise ValueError("TRAIN.LR_MULT entries must be [name_substring, multiplier], got {!r}".format(entry))
+    taken = {id(p) for group in first for p in group["params"]}
     groups = [{"params": [], "lr": base_lr * float(mult)} for _, mult in lr_mult]
     rest = {"params": [], "lr": base_lr}
     for name, p in model.named_parameters():
+        if id(p) in taken:
+            continue
         index = next((i for i, (key, _) in enumerate(lr_mult) if key in name), None)
         (rest if index is None else groups[index])["params"].append(p)
-    return groups + [rest]
+    return list(first) + groups + [rest]
 
 
 class BertAdamW(torch.optim.Optimizer):
@@ -106,7 +138,8 @@ class BertAdamW(torch.optim.Optimizer):
 def build_optimizer(cfg, model: torch.nn.Module, world_size: int = 1) -> torch.optim.Optimizer:
     """The reference's optimizer for ``cfg.TRAIN``.
 
-    Base LR = ``TRAIN.LR x images_per_step(cfg, world_size)``; ``TRAIN.LR_MULT`` groups;
+    Base LR = ``TRAIN.LR x images_per_step(cfg, world_size)``; visual-scale groups
+    (:func:`visual_scale_groups`), then ``TRAIN.LR_MULT`` groups;
     ``SGD`` (MOMENTUM, WD), ``Adam`` (WD as L2, torch defaults otherwise) or ``AdamW``
     (:class:`BertAdamW`: betas (0.9, 0.999), eps 1e-6, WD, bias correction).
 
@@ -119,7 +152,7 @@ def build_optimizer(cfg, model: torch.nn.Module, world_size: int = 1) -> torch.o
     """
     train = cfg.TRAIN
     base_lr = train.LR * images_per_step(cfg, world_size)
-    groups = param_groups(model, train.LR_MULT, base_lr)
+    groups = param_groups(model, train.LR_MULT, base_lr, first=visual_scale_groups(model, train, base_lr))
     if train.OPTIMIZER == "SGD":
         return torch.optim.SGD(groups, lr=base_lr, momentum=train.MOMENTUM, weight_decay=train.WD)
     if train.OPTIMIZER == "Adam":

@@ -75,6 +75,14 @@ class Task:
         training it also reads the losses named by ``TRAIN.LOSS_LOGGERS``."""
         raise NotImplementedError
 
+    def check_config(self, cfg, source="config"):
+        """Warn about keys set without effect and stop on refused values (see
+        :mod:`common.config_keys`); called first by the engine's entry points. Default: nothing.
+
+        Raises:
+            common.config.ConfigError: a value the task refuses (names the key).
+        """
+
     def pretrain_renames(self, cfg) -> Optional[PretrainRenames]:
         """Key renames used when fine-tuning from a pretraining checkpoint (NETWORK.PARTIAL_PRETRAIN),
         after the generic prefix changes; None: no task-specific renames."""

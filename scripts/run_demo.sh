@@ -25,11 +25,31 @@ if [ ! -f data/demo/test.jsonl ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]
     echo "$want" > "$stamp"
 fi
 
-# Two processes: on 2+ GPUs one per GPU, otherwise both on the CPU (a single GPU cannot host two ranks).
-if [ "$("$PY" -c 'import torch; print(torch.cuda.device_count())')" -lt 2 ]; then
+# 8 images per optimizer step (the config: 2 images x 2 accumulated micro-batches x 2 processes).
+# On the CPU: 2 processes. On GPUs: fp16 with the config's dynamic loss scale, one process per GPU;
+# with one GPU, 1 process accumulating 4 micro-batches (still 8 images per step, the same LR).
+NGPUS="$("$PY" -c 'import torch; print(torch.cuda.device_count())')"
+NPROC=2
+DEMO_OPTS=()
+if [ "$NGPUS" -ge 1 ]; then
+    DEMO_OPTS=(TRAIN.FP16 true)
+    if [ "$NGPUS" -eq 1 ]; then
+        NPROC=1
+        DEMO_OPTS+=(TRAIN.GRAD_ACCUMULATE_STEPS 4)
+    fi
+else
     export CUDA_VISIBLE_DEVICES=""
 fi
-./scripts/dist_run_single.sh 2 vcr/train_end2end.py "$CFG" "$MODEL_DIR" "$@"
+# The demo's overrides go first in --opts, so the caller's own --opts KEY VALUE pairs win.
+ARGS=()
+for arg in "$@"; do
+    ARGS+=("$arg")
+    [ "$arg" = "--opts" ] && ARGS+=("${DEMO_OPTS[@]}")
+done
+if [[ ! " $* " =~ " --opts " ]] && [ ${#DEMO_OPTS[@]} -gt 0 ]; then
+    ARGS+=(--opts "${DEMO_OPTS[@]}")
+fi
+./scripts/dist_run_single.sh "$NPROC" vcr/train_end2end.py "$CFG" "$MODEL_DIR" "${ARGS[@]}"
 
 OUT="$MODEL_DIR/output/vl-bert/vcr/demo_q2a_cpu/vcr1images_train"
 CKPT="$OUT/vl-bert_demo_q2a_res18-best.model"

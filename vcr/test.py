@@ -5,6 +5,7 @@
 import _init_paths  # noqa: F401
 import argparse
 import os
+import warnings
 
 from common.cli import run_main
 from common.engine import test_net
@@ -25,7 +26,8 @@ def parse_args():
     parser.add_argument("--test-file", help="test annotation file instead of DATASET.TEST_ANNOTATION_FILE")
     parser.add_argument("--result-path", default="./test_result", help="folder of the CSV files")
     parser.add_argument("--result-name", default="vl-bert", help="file name prefix")
-    parser.add_argument("--fp16", action="store_true", help="autocast inference")
+    parser.add_argument("--fp16", action="store_true",
+                        help="accepted for compatibility; evaluation always runs in fp32 (see README)")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides for both models")
     args = parser.parse_args()
     if not (args.a_ckpt or args.r_ckpt):
@@ -47,12 +49,15 @@ def _config(path, task, batch_size, args):
 
 def main():
     args = parse_args()
+    if args.fp16:
+        warnings.warn("--fp16 is ignored: evaluation runs in fp32, like epoch-end validation (fp16 logits of "
+                      "close answers tie)")
     results = {}
     for task, cfg_path, ckpt, bs in (("Q2A", args.a_cfg, args.a_ckpt, args.a_bs),
                                      ("QA2R", args.r_cfg, args.r_ckpt, args.r_bs)):
         if ckpt:
             cfg = _config(cfg_path, task, bs, args)
-            results[task] = test_net(TASK, cfg, ckpt, args.result_path, args.result_name, fp16=args.fp16)
+            results[task] = test_net(TASK, cfg, ckpt, args.result_path, args.result_name)
     if len(results) == 2:
         merged = os.path.join(args.result_path, "{}_test_result_Q2AR.csv".format(args.result_name))
         merge_results(results["Q2A"], results["QA2R"], merged)

@@ -9,6 +9,7 @@ Each converter takes the raw value and returns the typed value, or raises ``Valu
 sentence saying what was expected; the caller adds the file and the dotted key.
 """
 import numbers
+import re
 
 
 def _is_number(value):
@@ -29,6 +30,18 @@ def to_float(value):
         except ValueError:
             pass
     raise ValueError("expected a number, got {!r}".format(value))
+
+
+def to_int(value):
+    """An int from an int, a float with no fractional part (``20.0``) or a string of one (``"20"``);
+    anything else (``1.5``, ``"ten"``, a bool) raises ValueError saying what was given."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*[-+]?\d+\s*", value):
+        return int(value)
+    raise ValueError("expected int, got {} {!r}".format(type(value).__name__, value))
 
 
 def _float_tuple(value):

@@ -18,7 +18,7 @@ import difflib
 import yaml
 from yacs.config import CfgNode
 
-from common.config.compat import CONVERTERS, to_float
+from common.config.compat import CONVERTERS, to_float, to_int
 from common.errors import UserInputError
 from common.safe_write import atomic_write
 
@@ -108,8 +108,10 @@ def _coerce(default, value, key):
     expected = type(default)
     if expected is float:
         return to_float(value)
-    if expected is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
+    if expected is int:
+        return to_int(value)
+    if expected is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)  # lossless: `GPUS: 0` is the id string "0"
     if expected in (list, tuple) and isinstance(value, (list, tuple)):
         return expected(value)
     if expected in (bool, str) and type(value) is expected:

@@ -10,7 +10,7 @@ class LRSchedulerHook(HookBase):
 
     Warmup / step / linear schedules count applied optimizer steps (a step skipped for inf/nan
     gradients does not advance them). A ``ReduceLROnPlateau`` steps after each epoch's
-    validation with ``validation.host_value``; put this hook after the validation hook.
+    validation (VAL_FREQUENT) with ``validation.host_value``; put this hook after the validation hook.
 
     Args:
         validation: the :class:`common.hooks.validation_monitor.ValidationMonitor` (plateau only).
@@ -34,5 +34,5 @@ class LRSchedulerHook(HookBase):
             ctx.lr_scheduler.step()
 
     def after_epoch(self, ctx):
-        if self._plateau(ctx.lr_scheduler):
+        if self._plateau(ctx.lr_scheduler) and self.validation.validated:
             ctx.lr_scheduler.step(self.validation.host_value)

@@ -13,7 +13,9 @@ def _is_main() -> bool:
 
 
 class ValidationMonitor(HookBase):
-    """Calls ``val_func(net, val_loader, metrics, label_index_in_batch)`` after each epoch.
+    """Calls ``val_func(net, val_loader, metrics, label_index_in_batch)`` after epochs ``e`` with
+    ``(e + 1) % val_frequent == 0`` and after the last one (VAL_FREQUENT); ``validated`` says
+    whether the epoch just ended was validated.
 
     Keeps the best value of ``host_metric_name`` (higher is better, as in the reference) and
     its epoch; ``state_dict()`` holds ``best_epoch`` / ``best_val`` (the reference checkpoint's
@@ -25,7 +27,12 @@ class ValidationMonitor(HookBase):
         KeyError: the metrics do not report ``host_metric_name``.
     """
 
-    def __init__(self, val_func, val_loader, metrics, host_metric_name: str = "Acc", label_index_in_batch: int = -1):
+    def __init__(self, val_func, val_loader, metrics, host_metric_name: str = "Acc", label_index_in_batch: int = -1,
+                 val_frequent: int = 1):
+        if val_frequent < 1:
+            raise ValueError("VAL_FREQUENT must be >= 1, got {}".format(val_frequent))
+        self.val_frequent = val_frequent
+        self.validated = False
         self.val_func = val_func
         self.val_loader = val_loader
         self.metrics = metrics
@@ -53,7 +60,9 @@ class ValidationMonitor(HookBase):
     def after_epoch(self, ctx) -> None:
         """Validate ``ctx.net`` after ``ctx.epoch``; the ``Val-*`` scalars go on the training scalars'
         axis, at the global index of the epoch's last micro-batch."""
-        self(ctx.epoch, ctx.net, ctx.writer, step=(ctx.epoch + 1) * ctx.batches_per_epoch - 1)
+        self.validated = (ctx.epoch + 1) % self.val_frequent == 0 or ctx.epoch + 1 == ctx.end_epoch
+        if self.validated:
+            self(ctx.epoch, ctx.net, ctx.writer, step=(ctx.epoch + 1) * ctx.batches_per_epoch - 1)
 
     def __call__(self, epoch: int, net, writer=None, step=None) -> None:
         """Validate after 0-based ``epoch``; ``step`` is the TensorBoard x of the ``Val-*`` scalars

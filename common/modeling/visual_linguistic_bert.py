@@ -90,6 +90,15 @@ class VisualLinguisticBert(nn.Module):
             self.visual_ln_text.weight.data.fill_(self.config.visual_scale_text_init)
             self.visual_ln_object.weight.data.fill_(self.config.visual_scale_object_init)
 
+    def language_parameters(self):
+        """The parameters that hold BERT's weights (what ``NETWORK.BERT_FROZEN`` freezes): word, position
+        and token-type embeddings, the embedding LayerNorm, the encoder, the pooler, and the trainable copy
+        of the special words (``word_embedding_frozen``). The visual parts and ``end_embedding`` are not BERT's."""
+        modules = [self.word_embeddings, self.position_embeddings, self.token_type_embeddings,
+                   self.embedding_LayerNorm, self.encoder, getattr(self, 'pooler', None),
+                   getattr(self, 'special_word_embeddings', None)]
+        return [p for m in modules if m is not None for p in m.parameters()]
+
     def word_embedding(self, input_ids):
         """Word embeddings [..., H] of ``input_ids`` [...]; special words use their trainable copy when frozen."""
         embedded = self.word_embeddings(input_ids)

@@ -32,6 +32,17 @@ class VLBertModule(Module):
         weights, self.language_weights_path = language_pretrained_weights(self.config.NETWORK)
         return weights
 
+    def apply_bert_frozen(self, bert):
+        """``NETWORK.BERT_FROZEN``: stop training the BERT weights of ``bert`` (a ``VisualLinguisticBert``;
+        see its ``language_parameters``). They get no gradient, so no optimizer (weight decay included) moves them."""
+        if not self.config.NETWORK.BERT_FROZEN:
+            return
+        params = bert.language_parameters()
+        for p in params:
+            p.requires_grad_(False)
+        logger.info("NETWORK.BERT_FROZEN: %d BERT weights frozen (%d tensors)", sum(p.numel() for p in params),
+                    len(params))
+
     def report_unused(self, unused):
         """Log the pretrained-language keys that no parameter took."""
         if unused:

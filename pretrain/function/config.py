@@ -1,9 +1,14 @@
-"""Pretraining config: the shared defaults plus pretraining keys (reference ``pretrain/function/config.py``).
+"""Pretraining config: the shared defaults plus pretraining keys (reference ``pretrain/function/config.py``),
+and what each key does here (``KEY_STATUS``): the pretraining models exist, pretraining itself not yet.
 
 ``DATASET`` may be a list of mappings in YAML (one per data set); each entry is completed with the
 DATASET defaults below.
 """
 from common.config import common_defaults, task_api
+from common.config_keys import DONE, check_config as _check_config, refused, task_key_status, warned
+from vqa.function.config import DATA_KEYS
+
+NO_TRAINING = refused("pretraining is not in this release yet (no pretrain/train_end2end.py)")
 
 
 def pretrain_defaults():
@@ -41,3 +46,41 @@ def pretrain_defaults():
 
 
 config, update_config, load_config = task_api(pretrain_defaults)
+
+_NOT_IN_MODEL = "the pretraining models do not read it (nor did the reference's)"
+_NO_CLASSIFIER = "pretraining has no answer classifier; " + _NOT_IN_MODEL
+KEY_STATUS = task_key_status(pretrain_defaults(), dict(
+    {key: NO_TRAINING for key in DATA_KEYS + ("DATASET.ANSWER_VOCAB_SIZE", "DATASET.SEQ_LEN", "DATASET.MIN_SEQ_LEN")},
+    **{
+        "NETWORK.IMAGE_FEAT_PRECOMPUTED": DONE,
+        "NETWORK.BLIND": refused(_NOT_IN_MODEL),
+        "NETWORK.NO_GROUNDING": refused(_NOT_IN_MODEL),
+        "NETWORK.FOR_MASK_VL_MODELING_PRETRAIN": warned(_NOT_IN_MODEL),
+        "NETWORK.NO_OBJ_ATTENTION": refused(_NOT_IN_MODEL),
+        "NETWORK.BERT_WITH_NSP_LOSS": warned("the pretraining losses are NETWORK.WITH_*_LOSS; " + _NOT_IN_MODEL),
+        "NETWORK.BERT_WITH_MLM_LOSS": warned("the pretraining losses are NETWORK.WITH_*_LOSS; " + _NOT_IN_MODEL),
+        "NETWORK.ENABLE_CNN_REG_LOSS": warned(_NOT_IN_MODEL),
+        "NETWORK.CNN_LOSS_WEIGHT": warned(_NOT_IN_MODEL),
+        "NETWORK.ANS_LOSS_WEIGHT": warned(_NOT_IN_MODEL),
+        "NETWORK.VLBERT.object_word_embed_mode": refused("the pretraining models use one object embedding (mode 2)"),
+        "NETWORK.VLBERT.with_pooler": DONE,
+        "NETWORK.CLASSIFIER_TYPE": warned(_NO_CLASSIFIER),
+        "NETWORK.CLASSIFIER_HIDDEN_SIZE": warned(_NO_CLASSIFIER),
+        "NETWORK.CLASSIFIER_DROPOUT": warned(_NO_CLASSIFIER),
+        "NETWORK.CLASSIFIER_SIGMOID": warned(_NO_CLASSIFIER),
+        "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT": warned(_NO_CLASSIFIER),
+        "NETWORK.VLBERT.from_scratch": DONE,
+        "NETWORK.VLBERT.pos_embedding_frozen": DONE,
+        "NETWORK.VLBERT.visual_region_classes": DONE,
+        "NETWORK.WITH_REL_LOSS": DONE,
+        "NETWORK.WITH_MLM_LOSS": DONE,
+        "NETWORK.WITH_MVRC_LOSS": DONE,
+        "NETWORK.MLM_LOSS_NORM_IN_BATCH_FIRST": DONE,
+        "NETWORK.MVRC_LOSS_NORM_IN_BATCH_FIRST": DONE,
+        "NETWORK.MASK_RAW_PIXELS": DONE,
+    }))
+
+
+def check_config(cfg, source="config"):
+    """Warn about pretraining keys set without effect, stop on refused ones (:mod:`common.config_keys`)."""
+    _check_config(cfg, pretrain_defaults(), KEY_STATUS, source)

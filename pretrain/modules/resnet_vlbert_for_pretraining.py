@@ -48,6 +48,7 @@ class ResNetVLBERTForPretraining(VLBertModule):
         if weights is not None:
             self.report_unused(self.vlbert.load_language_pretrained(weights))
         self.init_weight()
+        self.apply_bert_frozen(self.vlbert)
 
     def masks_visual_embedding(self):
         """Whether masked RoIs get a learnt visual feature (here: only with precomputed features)."""

@@ -1,5 +1,7 @@
-"""VCR config: the shared defaults plus VCR's own keys (reference ``vcr/function/config.py``)."""
+"""VCR config: the shared defaults plus VCR's own keys (reference ``vcr/function/config.py``), and
+what each key does here (``KEY_STATUS``, see :mod:`common.config_keys`)."""
 from common.config import common_defaults, task_api
+from common.config_keys import DONE, check_config as _check_config, refused, task_key_status, warned
 
 
 def vcr_defaults():
@@ -29,3 +31,56 @@ def vcr_defaults():
 
 
 config, update_config, load_config = task_api(vcr_defaults)
+
+# Keys that VCR's data set and model read (common.config_keys.TASK) and VCR's own keys.
+KEY_STATUS = task_key_status(vcr_defaults(), {
+    "DATASET.APPEND_INDEX": refused("the VCR model takes no sample-index input (the reference's neither)"),
+    "DATASET.TASK": DONE,
+    "DATASET.BASIC_ALIGN": DONE,
+    "DATASET.DATASET_PATH": DONE,
+    "DATASET.TRAIN_IMAGE_SET": DONE,
+    "DATASET.VAL_IMAGE_SET": DONE,
+    "DATASET.TEST_IMAGE_SET": DONE,
+    "DATASET.TRAIN_ANNOTATION_FILE": DONE,
+    "DATASET.VAL_ANNOTATION_FILE": DONE,
+    "DATASET.TEST_ANNOTATION_FILE": DONE,
+    "DATASET.ONLY_USE_RELEVANT_DETS": DONE,
+    "DATASET.ADD_IMAGE_AS_A_BOX": DONE,
+    "DATASET.ZIP_MODE": DONE,
+    "DATASET.CACHE_MODE": refused("not implemented (the reference's VCR data set refuses it too)"),
+    "DATASET.MASK_SIZE": DONE,
+    "DATASET.QA2R_NOQ": DONE,
+    "DATASET.QA2R_AUG": refused("not implemented (the reference's VCR data set refuses it too)"),
+    "NETWORK.BLIND": DONE,
+    "NETWORK.NO_GROUNDING": DONE,
+    "NETWORK.FOR_MASK_VL_MODELING_PRETRAIN": refused("VCR has no masked pretraining mode (the reference's neither)"),
+    "NETWORK.NO_OBJ_ATTENTION": DONE,
+    "NETWORK.IMAGE_FEAT_PRECOMPUTED": refused("the VCR data set provides images and boxes, not precomputed box "
+                                              "features"),
+    "NETWORK.BERT_WITH_NSP_LOSS": warned("the VCR model has no next-sentence loss; the reference release never "
+                                         "read it either"),
+    "NETWORK.BERT_WITH_MLM_LOSS": warned("the VCR model has no masked-language loss; the reference release "
+                                         "never acted on it either"),
+    "NETWORK.ENABLE_CNN_REG_LOSS": DONE,
+    "NETWORK.CNN_LOSS_WEIGHT": DONE,
+    "NETWORK.ANS_LOSS_WEIGHT": DONE,
+    "NETWORK.VLBERT.object_word_embed_mode": DONE,
+    "NETWORK.VLBERT.with_pooler": DONE,
+    "NETWORK.CLASSIFIER_TYPE": DONE,
+    "NETWORK.CLASSIFIER_HIDDEN_SIZE": DONE,
+    "NETWORK.CLASSIFIER_DROPOUT": DONE,
+    "NETWORK.CLASSIFIER_SIGMOID": DONE,
+    "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT": DONE,
+    "NETWORK.PARTIAL_PRETRAIN_SEGMB_INIT": DONE,
+    "NETWORK.QA_ONE_SENT": DONE,
+    "NETWORK.CNN_REG_DROPOUT": DONE,
+    "NETWORK.CNN_LOSS_TOP": DONE,
+    "NETWORK.ANSWER_FIRST": DONE,
+    "NETWORK.LOAD_REL_HEAD": DONE,
+    "TRAIN.LOSS_LOGGERS": DONE,
+})
+
+
+def check_config(cfg, source="config"):
+    """Warn about VCR keys set without effect, stop on refused ones (:func:`common.config_keys.check_config`)."""
+    _check_config(cfg, vcr_defaults(), KEY_STATUS, source)

@@ -72,6 +72,7 @@ class ResNetVLBERT(VLBertModule):
             self.cnn_loss_reg.apply(lambda m: init_bert_weights(m, self.config.NETWORK.VLBERT.initializer_range))
 
     def fix_params(self):
+        self.apply_bert_frozen(self.vlbert._module)
         # Blind models see all-zero visual features: keep their visual scale/LayerNorm fixed.
         if self.config.NETWORK.BLIND:
             bert = self.vlbert._module

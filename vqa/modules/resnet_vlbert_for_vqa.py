@@ -4,12 +4,14 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from common.errors import UserInputError
 from common.modeling.fast_rcnn import FastRCNN
 from common.modeling.visual_linguistic_bert import VisualLinguisticBert
 from common.modeling.vlbert_module import (VLBertModule, answer_classifier, collect_obj_reps, object_linguistic_embedding,
                                   pack_text_pair)
 
 MLM_TRANSFORM_PREFIX = 'cls.predictions.transform.'
+ANS_LOSS_TYPES = ('bce', 'ce')
 
 
 class ResNetVLBERT(VLBertModule):
@@ -20,13 +22,18 @@ class ResNetVLBERT(VLBertModule):
     float soft scores (training only), A = ``DATASET.ANSWER_VOCAB_SIZE``.
 
     ``train_forward(*batch) -> (outputs, loss)``, outputs: ``label_logits`` [B, A], ``label`` [B, A],
-    ``ans_loss`` (binary cross-entropy with the soft scores, summed over answers, averaged over the batch).
+    ``ans_loss`` by ``NETWORK.ANS_LOSS_TYPE``: 'bce', binary cross-entropy with the soft scores summed over
+    answers (the reference's: mean over batch and answers times A); 'ce', softmax cross-entropy against the
+    soft scores, ``-sum_a label_a * log_softmax(logits)_a``; both averaged over the batch.
     ``inference_forward(image, boxes, im_info, question) -> {'label_logits'}``.
     """
 
     def __init__(self, config):
         super().__init__(config)
         net = config.NETWORK
+        if net.ANS_LOSS_TYPE not in ANS_LOSS_TYPES:
+            raise UserInputError("NETWORK.ANS_LOSS_TYPE: expected one of {}, got {!r}".format(
+                ", ".join(ANS_LOSS_TYPES), net.ANS_LOSS_TYPE))
         if net.VLBERT.object_word_embed_mode != 2:
             raise ValueError("VQA needs NETWORK.VLBERT.object_word_embed_mode 2 (class-agnostic RoI embedding), "
                              "got {}".format(net.VLBERT.object_word_embed_mode))
@@ -41,6 +48,7 @@ class ResNetVLBERT(VLBertModule):
         self.init_weight()
         if net.CLASSIFIER_TYPE == 'mlm':
             self._load_mlm_transform(weights)
+        self.apply_bert_frozen(self.vlbert)
 
     def init_weight(self):
         self.image_feature_extractor.init_weight()
@@ -80,8 +88,12 @@ class ResNetVLBERT(VLBertModule):
 
     def train_forward(self, image, boxes, im_info, question, label):
         logits = self._logits(image, boxes, im_info, question)
-        # Reference scaling: mean over batch and answers, times the number of answers.
-        ans_loss = F.binary_cross_entropy_with_logits(logits, label.to(logits.dtype)) * label.shape[1]
+        target = label.to(logits.dtype)
+        if self.config.NETWORK.ANS_LOSS_TYPE == 'ce':
+            ans_loss = F.cross_entropy(logits, target)  # class-probability targets: -sum(target * log_softmax)
+        else:
+            # Reference scaling: mean over batch and answers, times the number of answers.
+            ans_loss = F.binary_cross_entropy_with_logits(logits, target) * label.shape[1]
         outputs = {'label_logits': logits, 'label': label, 'ans_loss': ans_loss}
         return outputs, ans_loss.mean()
 

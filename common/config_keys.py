@@ -1,0 +1,267 @@
+"""What each config key does here: acted on, warned about, or refused; and the check that says so.
+
+Every key of every task's defaults has one status (a test walks the defaults and fails on a key
+without one):
+
+* ``IMPLEMENTED``: the code acts on the key with the reference release's meaning.
+* ``warned(reason)``: accepted but without effect (mostly keys the reference declared and never
+  read); a value other than the default logs a ``warning:`` line naming the key (logger
+  ``vlbert.config``, so it reaches the console and the run's log).
+* ``refused(reason)``: a value other than the default would give silently wrong results or a
+  crash deep inside; :func:`check_config` stops with a :class:`~common.config.ConfigError`.
+
+:data:`SHARED_STATUS` holds the keys of :func:`common.config.common_defaults` that shared code
+reads (engine, data builder, trainer, optimizer, Fast R-CNN, VL-BERT). Keys that only a task's
+own data set or model reads are ``TASK`` there, and each ``<task>/function/config.py`` states
+their status and that of its own keys in a ``KEY_STATUS`` table passed to :func:`task_key_status`.
+The entry points (``common.engine.train_net``, ``load_for_inference``) call the task's
+``check_config(cfg)`` before anything else.
+"""
+import logging
+from typing import NamedTuple
+
+from yacs.config import CfgNode
+
+from common.config import ConfigError
+
+IMPLEMENTED, WARNED, REFUSED = "implemented", "warned", "refused"
+
+
+class Status(NamedTuple):
+    """Status of one key: ``kind`` is IMPLEMENTED, WARNED, REFUSED (or "task", see :data:`TASK`);
+    ``reason`` is the sentence a warning or an error quotes."""
+    kind: str
+    reason: str = ""
+
+
+DONE = Status(IMPLEMENTED)
+# Read only by a task's data set or model: the task's KEY_STATUS says what it does.
+TASK = Status("task")
+
+
+def warned(reason):
+    """Status of a key accepted without effect; ``reason`` says why (and what to do instead)."""
+    return Status(WARNED, reason)
+
+
+def refused(reason):
+    """Status of a key whose non-default values stop the run; ``reason`` says why."""
+    return Status(REFUSED, reason)
+
+
+logger = logging.getLogger("vlbert.config")
+
+_REFERENCE_UNUSED = "it has no effect (the reference release never read it either)"
+
+SHARED_STATUS = {
+    "RNG_SEED": DONE,
+    "OUTPUT_PATH": DONE,
+    "MODULE": DONE,
+    "GPUS": warned("devices come from the launcher, one per process (torchrun LOCAL_RANK, else cuda:0 or the "
+                   "CPU); the reference's one-process DataParallel over GPUS is not provided: use "
+                   "scripts/dist_run_single.sh N for N GPUs"),
+    "LOG_FREQUENT": DONE,
+    "VAL_FREQUENT": DONE,
+    "CHECKPOINT_FREQUENT": DONE,
+    "MODEL_PREFIX": DONE,
+    "NUM_WORKERS_PER_GPU": DONE,
+    "SCALES": DONE,
+
+    "DATASET.DATASET": DONE,
+    "DATASET.LABEL_INDEX_IN_BATCH": DONE,
+    "DATASET.APPEND_INDEX": TASK,
+    "DATASET.TASK": TASK,
+    "DATASET.BASIC_ALIGN": TASK,
+    "DATASET.DATASET_PATH": TASK,
+    "DATASET.ROOT_PATH": warned("no annotation database cache is written, so no cache root is needed"),
+    "DATASET.TRAIN_IMAGE_SET": TASK,
+    "DATASET.VAL_IMAGE_SET": TASK,
+    "DATASET.TEST_IMAGE_SET": TASK,
+    "DATASET.TRAIN_ANNOTATION_FILE": TASK,
+    "DATASET.VAL_ANNOTATION_FILE": TASK,
+    "DATASET.TEST_ANNOTATION_FILE": TASK,
+    "DATASET.ONLY_USE_RELEVANT_DETS": TASK,
+    "DATASET.ADD_IMAGE_AS_A_BOX": TASK,
+    "DATASET.ZIP_MODE": TASK,
+    "DATASET.CACHE_MODE": TASK,
+    "DATASET.IGNORE_DB_CACHE": warned("the annotations are always read from the annotation files (no cache)"),
+    "DATASET.MASK_SIZE": TASK,
+    "DATASET.QA2R_NOQ": TASK,
+    "DATASET.QA2R_AUG": TASK,
+
+    "NETWORK.BLIND": TASK,
+    "NETWORK.NO_GROUNDING": TASK,
+    "NETWORK.PARTIAL_PRETRAIN": DONE,
+    "NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES": DONE,
+    "NETWORK.FOR_MASK_VL_MODELING_PRETRAIN": TASK,
+    "NETWORK.NO_OBJ_ATTENTION": TASK,
+    "NETWORK.IMAGE_NUM_LAYERS": DONE,
+    "NETWORK.IMAGE_C5_DILATED": DONE,
+    "NETWORK.IMAGE_STRIDE_IN_1x1": DONE,
+    "NETWORK.PIXEL_MEANS": DONE,
+    "NETWORK.PIXEL_STDS": DONE,
+    "NETWORK.IMAGE_FEAT_PRECOMPUTED": TASK,
+    "NETWORK.IMAGE_PRETRAINED": DONE,
+    "NETWORK.IMAGE_PRETRAINED_EPOCH": DONE,
+    "NETWORK.IMAGE_FROZEN_BACKBONE_STAGES": DONE,
+    "NETWORK.IMAGE_FROZEN_BN": DONE,
+    "NETWORK.IMAGE_FINAL_DIM": DONE,
+    "NETWORK.IMAGE_SEMANTIC": DONE,
+    "NETWORK.OUTPUT_CONV5": refused("the reference release never defined the conv5 image head it needs"),
+    "NETWORK.BERT_MODEL_NAME": DONE,
+    "NETWORK.BERT_PRETRAINED": DONE,
+    "NETWORK.BERT_PRETRAINED_EPOCH": DONE,
+    "NETWORK.BERT_FROZEN": DONE,
+    "NETWORK.BERT_ALIGN_QUESTION": warned("object tags always ground the text; " + _REFERENCE_UNUSED),
+    "NETWORK.BERT_ALIGN_ANSWER": warned("object tags always ground the text; " + _REFERENCE_UNUSED),
+    "NETWORK.BERT_USE_LAYER": warned("the task heads read the last layer; " + _REFERENCE_UNUSED),
+    "NETWORK.BERT_WITH_NSP_LOSS": TASK,
+    "NETWORK.BERT_WITH_MLM_LOSS": TASK,
+    "NETWORK.ENABLE_CNN_REG_LOSS": TASK,
+    "NETWORK.CNN_LOSS_WEIGHT": TASK,
+    "NETWORK.ANS_LOSS_WEIGHT": TASK,
+    "NETWORK.VLBERT.input_size": warned("the visual input width is NETWORK.VLBERT.visual_size; " + _REFERENCE_UNUSED),
+    "NETWORK.VLBERT.input_transform_type": warned(_REFERENCE_UNUSED),
+    "NETWORK.VLBERT.word_embedding_frozen": DONE,
+    "NETWORK.VLBERT.obj_pos_id_relative": DONE,
+    "NETWORK.VLBERT.hidden_size": DONE,
+    "NETWORK.VLBERT.visual_size": DONE,
+    "NETWORK.VLBERT.num_hidden_layers": DONE,
+    "NETWORK.VLBERT.num_attention_heads": DONE,
+    "NETWORK.VLBERT.intermediate_size": DONE,
+    "NETWORK.VLBERT.hidden_act": DONE,
+    "NETWORK.VLBERT.hidden_dropout_prob": DONE,
+    "NETWORK.VLBERT.attention_probs_dropout_prob": DONE,
+    "NETWORK.VLBERT.max_position_embeddings": DONE,
+    "NETWORK.VLBERT.type_vocab_size": DONE,
+    "NETWORK.VLBERT.vocab_size": DONE,
+    "NETWORK.VLBERT.initializer_range": DONE,
+    "NETWORK.VLBERT.visual_scale_text_init": DONE,
+    "NETWORK.VLBERT.visual_scale_object_init": DONE,
+    "NETWORK.VLBERT.visual_ln": DONE,
+    "NETWORK.VLBERT.object_word_embed_mode": TASK,
+    "NETWORK.VLBERT.with_pooler": TASK,
+    "NETWORK.VLBERT.position_padding_idx": DONE,
+    "NETWORK.CLASSIFIER_TYPE": TASK,
+    "NETWORK.CLASSIFIER_HIDDEN_SIZE": TASK,
+    "NETWORK.CLASSIFIER_DROPOUT": TASK,
+    "NETWORK.CLASSIFIER_SIGMOID": TASK,
+    "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT": TASK,
+    "NETWORK.GRADIENT_CHECKPOINTING": DONE,
+    "NETWORK.IMAGE_ROI_POOLED_SIZE": DONE,
+
+    "TRAIN.LR_MULT": DONE,
+    "TRAIN.VISUAL_SCALE_TEXT_LR_MULT": DONE,
+    "TRAIN.VISUAL_SCALE_OBJECT_LR_MULT": DONE,
+    "TRAIN.VISUAL_SCALE_CLIP_GRAD_NORM": DONE,
+    "TRAIN.SHUFFLE": DONE,
+    "TRAIN.FLIP_PROB": DONE,
+    "TRAIN.BATCH_IMAGES": DONE,
+    "TRAIN.ASPECT_GROUPING": DONE,
+    "TRAIN.RESUME": DONE,
+    "TRAIN.AUTO_RESUME": DONE,
+    "TRAIN.BEGIN_EPOCH": DONE,
+    "TRAIN.END_EPOCH": DONE,
+    "TRAIN.OPTIMIZER": DONE,
+    "TRAIN.CLIP_GRAD_NORM": DONE,
+    "TRAIN.GRAD_ACCUMULATE_STEPS": DONE,
+    "TRAIN.LR": DONE,
+    "TRAIN.LR_SCHEDULE": DONE,
+    "TRAIN.LR_FACTOR": DONE,
+    "TRAIN.LR_STEP": DONE,
+    "TRAIN.WARMUP": DONE,
+    "TRAIN.WARMUP_METHOD": DONE,
+    "TRAIN.WARMUP_FACTOR": DONE,
+    "TRAIN.WARMUP_STEPS": DONE,
+    "TRAIN.WD": DONE,
+    "TRAIN.MOMENTUM": DONE,
+    "TRAIN.FP16": DONE,
+    "TRAIN.FP16_LOSS_SCALE": DONE,
+    "TRAIN.FP16_DTYPE": DONE,
+    "TRAIN.MAX_CONSECUTIVE_SKIPS": DONE,
+    "TRAIN.CHECKPOINT_STEPS": DONE,
+    "TRAIN.CHECKPOINT_KEEP": DONE,
+    "TRAIN.LOSS_LOGGERS": TASK,
+
+    "VAL.SHUFFLE": warned("evaluation reads the items in file order (the order predictions are combined in)"),
+    "VAL.FLIP_PROB": DONE,
+    "VAL.BATCH_IMAGES": DONE,
+    "TEST.SHUFFLE": warned("the test set is read in file order (the order of the result file)"),
+    "TEST.FLIP_PROB": DONE,
+    "TEST.TEST_EPOCH": warned("the test scripts take the checkpoint file itself (--a-ckpt / --r-ckpt / --ckpt); "
+                              + _REFERENCE_UNUSED),
+    "TEST.BATCH_IMAGES": DONE,
+}
+
+
+def leaf_keys(node, prefix=""):
+    """Dotted keys and values of the leaves of ``node``; a ``DATASET`` list yields each entry's
+    keys under ``DATASET.`` (every entry has the same keys)."""
+    for k, v in node.items():
+        if isinstance(v, CfgNode):
+            yield from leaf_keys(v, prefix + k + ".")
+        elif k == "DATASET" and isinstance(v, list):
+            for entry in v:
+                yield from leaf_keys(entry, prefix + k + ".")
+        else:
+            yield prefix + k, v
+
+
+def task_key_status(defaults, task_status):
+    """The complete status table of one task.
+
+    Args:
+        defaults (CfgNode): the task's defaults.
+        task_status (dict): dotted key -> :class:`Status` for the ``TASK`` keys of
+            :data:`SHARED_STATUS` and the task's own keys (it may also override shared entries).
+    Returns:
+        dict: dotted key -> Status for every key of ``defaults``; a key without a status is
+        absent and a ``TASK`` key the task left open keeps ``TASK`` (the completeness test
+        reports both).
+    Raises:
+        ValueError: ``task_status`` names a key that ``defaults`` lacks (a misspelt key).
+    """
+    keys = [key for key, _ in leaf_keys(defaults)]
+    unknown = sorted(set(task_status) - set(keys))
+    if unknown:
+        raise ValueError("KEY_STATUS names keys the defaults lack: {}".format(", ".join(unknown)))
+    table = dict(SHARED_STATUS, **task_status)
+    return {key: table[key] for key in keys if key in table}
+
+
+def _plain(value):
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def check_config(cfg, defaults, status, source="config"):
+    """Warn about keys set without effect; stop on keys whose value would be silently wrong.
+
+    Args:
+        cfg (CfgNode): the effective config.
+        defaults (CfgNode): the task's defaults (a DATASET list entry is compared with the DATASET defaults).
+        status (dict): the task's table from :func:`task_key_status`.
+        source (str): named in messages (the config file).
+    Logs:
+        one ``warning: <source>: <key> = <value>: <reason>; the value is ignored`` line per WARNED
+        key whose value differs from the default.
+    Raises:
+        ConfigError: REFUSED keys set to non-default values (all of them, in one message).
+        KeyError: a key of ``cfg`` has no status (a defaults key added without one).
+    """
+    default_values = dict(leaf_keys(defaults))
+    refusals = []
+    for key, value in leaf_keys(cfg):
+        entry = status.get(key)
+        if entry is None or entry.kind not in (IMPLEMENTED, WARNED, REFUSED):
+            raise KeyError("config key {} has no status in the task's KEY_STATUS table".format(key))
+        if entry.kind == IMPLEMENTED or _plain(value) == _plain(default_values[key]):
+            continue
+        message = "{}: {} = {!r}: {}".format(source, key, value, entry.reason)
+        if entry.kind == WARNED:
+            logger.warning("warning: %s; the value is ignored", message)
+        else:
+            refusals.append("{} (default {!r})".format(message, default_values[key]))
+    if refusals:
+        raise ConfigError("; ".join(refusals))
