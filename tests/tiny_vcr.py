@@ -256,8 +256,8 @@ def _pretrain_checkpoint(path, inputs, cfg_name, with_rel_head):
     from pretrain.function.config import load_config
     from pretrain.modules import MODELS
 
-    cfg = load_config(os.path.join(ROOT, "cfgs", "pretrain", cfg_name),
-                      _network_opts(inputs.opts()) + ["NETWORK.WITH_REL_LOSS", with_rel_head, "NETWORK.IMAGE_PRETRAINED", ""])
+    opts = _network_opts(inputs.opts()) + ["NETWORK.WITH_REL_LOSS", with_rel_head, "NETWORK.IMAGE_PRETRAINED", ""]
+    cfg = load_config(os.path.join(ROOT, "cfgs", "pretrain", cfg_name), opts)
     torch.manual_seed(1)
     model = MODELS.build(cfg)
     g = torch.Generator().manual_seed(2)
@@ -281,9 +281,7 @@ def make_inputs(root):
     import shutil
     import warnings
 
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    from smoke_paper_config import random_resnet_file
-
+    random_resnet_file = runpy.run_path(os.path.join(ROOT, "bench", "smoke_paper_config.py"))["random_resnet_file"]
     root = str(root)
     data = os.path.join(root, "data")
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), "--out", data,
@@ -307,7 +305,7 @@ def make_inputs(root):
     resnet = os.path.join(root, "resnet18-zero-residual")
     random_resnet_file(resnet, 18)
     inputs = Inputs(data, zip_data, os.path.join(root, "bert"), resnet, os.path.join(root, "vl-bert-e2e.model"),
-                    os.path.join(root, "vl-bert-prec.model"), len(vocab))
+                    os.path.join(root, "vl-bert-e2e-rel.model"), len(vocab))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # random-init warnings of the model builders
         _pretrain_checkpoint(inputs.pretrain_e2e, inputs, "base_e2e_16x16G_fp16.yaml", False)
