@@ -33,6 +33,9 @@ def _console():
 def _install(level, handlers):
     """Make ``handlers`` the only ones of ``vlbert`` and of Python warnings (at ``level``), and put
     them on the root logger in place of the ones an earlier call put there (others stay)."""
+    # Off then on: a warnings.catch_warnings() that ended since the last call (pytest has one per test)
+    # restored the plain showwarning, and captureWarnings(True) alone would not install it again.
+    logging.captureWarnings(False)
     logging.captureWarnings(True)
     root = logging.getLogger()
     for handler in [h for h in root.handlers if getattr(h, "_vlbert", False)]:
