@@ -54,8 +54,13 @@ def random_init_warnings(caught):
     return [str(w.message) for w in caught if re.search("random(ly)? init", str(w.message))]
 
 
-def one_error_line(capsys):
-    err = capsys.readouterr().err
+def printed_random_init_warnings(out):
+    """The random-initialisation warnings an entry point printed (its log routes warnings to stdout)."""
+    return [line.split("RandomInitWarning: ", 1)[1] for line in out.splitlines() if "RandomInitWarning: " in line]
+
+
+def one_error_line(captured):
+    err = captured.err
     lines = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
     return lines[0]
@@ -70,7 +75,7 @@ def test_corrupt_jsonl_line_is_named(tiny_vcr, tmp_path, capsys, monkeypatch):
     broken.write_text("".join(lines))
     assert train(tiny_vcr, tmp_path, monkeypatch, "DATASET.TRAIN_ANNOTATION_FILE", str(broken)) == 2
     assert re.fullmatch(r"error: {} line 3: not valid JSON \(.+\)".format(re.escape(str(broken))),
-                        one_error_line(capsys))
+                        one_error_line(capsys.readouterr()))
 
 
 def test_corrupt_image_is_named_and_random_resnet_is_warned(tiny_vcr, tmp_path, capsys, monkeypatch):
@@ -79,14 +84,15 @@ def test_corrupt_image_is_named_and_random_resnet_is_warned(tiny_vcr, tmp_path, 
     shutil.copytree(data, copy)
     image = copy / "vcr1images" / "shapes" / "train_00000.jpg"  # item of train.jsonl line 1
     image.write_bytes(image.read_bytes()[:200])
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
         code = train(tiny_vcr, tmp_path, monkeypatch, "DATASET.DATASET_PATH", str(copy), "TRAIN.SHUFFLE", "false")
     assert code == 2
+    captured = capsys.readouterr()
     assert re.fullmatch(r"error: {} line 1 \(annot_id shapes-train-0\): cannot decode image '{}': .+".format(
-        re.escape(str(copy / "train.jsonl")), re.escape(str(image))), one_error_line(capsys))
+        re.escape(str(copy / "train.jsonl")), re.escape(str(image))), one_error_line(captured))
     # training really starts from a random ResNet: said once
-    assert random_init_warnings(caught) == [RANDOM_RESNET]
+    assert printed_random_init_warnings(captured.out) == [RANDOM_RESNET]
 
 
 def test_image_pretrained_that_runs_code_is_refused(tiny_vcr, tmp_path, capsys, monkeypatch):
@@ -94,7 +100,7 @@ def test_image_pretrained_that_runs_code_is_refused(tiny_vcr, tmp_path, capsys, 
     marker = tmp_path / "created_by_pickle"
     evil = write_evil(tmp_path / "resnet-0000.model", payloads(marker)["os.system"])
     assert train(tiny_vcr, tmp_path, monkeypatch, "NETWORK.IMAGE_PRETRAINED", str(tmp_path / "resnet")) == 2
-    assert re.fullmatch("error: " + refused(evil, "posix.system") + r".*", one_error_line(capsys))
+    assert re.fullmatch("error: " + refused(evil, "posix.system") + r".*", one_error_line(capsys.readouterr()))
     assert not marker.exists()
 
 
@@ -112,11 +118,12 @@ def checkpoint(tiny_vcr, tmp_path_factory):
 
 
 def test_val_does_not_warn_about_random_weights(tiny_vcr, checkpoint, capsys, monkeypatch):
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
         assert run(monkeypatch, "vcr/val.py", "--cfg", vcr_data.CFG, "--ckpt", checkpoint, "--opts", *tiny_vcr[1]) == 0
-    assert re.search(r"Q->A accuracy on val: [0-9.]+", capsys.readouterr().out)
-    assert random_init_warnings(caught) == []
+    out = capsys.readouterr().out
+    assert re.search(r"Q->A accuracy on val: [0-9.]+", out)
+    assert printed_random_init_warnings(out) == []
 
 
 def test_test_csv_does_not_warn_about_random_weights(tiny_vcr, checkpoint, tmp_path):
