@@ -265,3 +265,11 @@ def check_config(cfg, defaults, status, source="config"):
             refusals.append("{} (default {!r})".format(message, default_values[key]))
     if refusals:
         raise ConfigError("; ".join(refusals))
+
+
+def key_checker(defaults_fn, status):
+    """The ``check_config(cfg, source="config")`` of one task: :func:`check_config` against the task's
+    defaults (``defaults_fn()``, a fresh CfgNode) and its ``KEY_STATUS`` table ``status``."""
+    def check(cfg, source="config"):
+        check_config(cfg, defaults_fn(), status, source)
+    return check

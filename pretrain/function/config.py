@@ -5,7 +5,7 @@ and what each key does here (``KEY_STATUS``): the pretraining models exist, pret
 DATASET defaults below.
 """
 from common.config import common_defaults, task_api
-from common.config_keys import DONE, check_config as _check_config, refused, task_key_status, warned
+from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 from vqa.function.config import DATA_KEYS
 
 NO_TRAINING = refused("pretraining is not in this release yet (no pretrain/train_end2end.py)")
@@ -81,6 +81,4 @@ KEY_STATUS = task_key_status(pretrain_defaults(), dict(
     }))
 
 
-def check_config(cfg, source="config"):
-    """Warn about pretraining keys set without effect, stop on refused ones (:mod:`common.config_keys`)."""
-    _check_config(cfg, pretrain_defaults(), KEY_STATUS, source)
+check_config = key_checker(pretrain_defaults, KEY_STATUS)

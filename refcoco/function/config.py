@@ -4,7 +4,7 @@ The data set (``refcoco.data``), the model (``refcoco.modules``) and the metric 
 read these keys; the training, validation and test entry points are not wired yet.
 """
 from common.config import common_defaults, task_api
-from common.config_keys import check_config as _check_config, leaf_keys, refused, task_key_status
+from common.config_keys import key_checker, leaf_keys, refused, task_key_status
 from vqa.function.config import add_answer_vocab_keys
 
 
@@ -31,6 +31,4 @@ KEY_STATUS = task_key_status(refcoco_defaults(), {
     for key, _ in leaf_keys(refcoco_defaults())})
 
 
-def check_config(cfg, source="config"):
-    """Stop on any RefCOCO+ key set to a non-default value (:func:`common.config_keys.check_config`)."""
-    _check_config(cfg, refcoco_defaults(), KEY_STATUS, source)
+check_config = key_checker(refcoco_defaults, KEY_STATUS)

@@ -1,7 +1,7 @@
 """VCR config: the shared defaults plus VCR's own keys (reference ``vcr/function/config.py``), and
 what each key does here (``KEY_STATUS``, see :mod:`common.config_keys`)."""
 from common.config import common_defaults, task_api
-from common.config_keys import DONE, check_config as _check_config, refused, task_key_status, warned
+from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 
 
 def vcr_defaults():
@@ -81,6 +81,4 @@ KEY_STATUS = task_key_status(vcr_defaults(), {
 })
 
 
-def check_config(cfg, source="config"):
-    """Warn about VCR keys set without effect, stop on refused ones (:func:`common.config_keys.check_config`)."""
-    _check_config(cfg, vcr_defaults(), KEY_STATUS, source)
+check_config = key_checker(vcr_defaults, KEY_STATUS)

@@ -1,7 +1,7 @@
 """VQA config: the shared defaults plus VQA's own keys (reference ``vqa/function/config.py``), and what
 each key does here (``KEY_STATUS``): the VQA model exists, VQA training does not yet."""
 from common.config import common_defaults, task_api
-from common.config_keys import DONE, check_config as _check_config, refused, task_key_status, warned
+from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 
 NO_TRAINING = refused("VQA training is not in this release yet (no vqa/train_end2end.py)")
 DATA_KEYS = ("DATASET.APPEND_INDEX", "DATASET.TASK", "DATASET.BASIC_ALIGN", "DATASET.DATASET_PATH",
@@ -68,6 +68,4 @@ KEY_STATUS = task_key_status(vqa_defaults(), dict(
     }))
 
 
-def check_config(cfg, source="config"):
-    """Warn about VQA keys set without effect, stop on refused ones (:func:`common.config_keys.check_config`)."""
-    _check_config(cfg, vqa_defaults(), KEY_STATUS, source)
+check_config = key_checker(vqa_defaults, KEY_STATUS)
