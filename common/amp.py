@@ -273,30 +273,12 @@ def build_precision(enabled: bool, dtype: Union[str, torch.dtype], device_type: 
 # Apex-style facade for user code
 # --------------------------------------------------------------------------------------------- #
 def _autocast_forward(module, *args, **kwargs):
-    """Forward of a model passed through :func:`initialize`: the original forward under autocast
-    (in fp32 inside :func:`full_precision`).
+    """Forward of a model passed through :func:`initialize`: the original forward under autocast.
 
     A bound method (not a closure) so ``copy.deepcopy`` and pickling rebind it to the copy.
     """
-    with torch.autocast(device_type=module._amp_device_type, dtype=module._amp_dtype,
-                        enabled=not getattr(module, "_amp_full_precision", False)):
+    with torch.autocast(device_type=module._amp_device_type, dtype=module._amp_dtype):
         return module._amp_orig_forward(*args, **kwargs)
-
-
-@contextlib.contextmanager
-def full_precision(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    """Inside this block ``model``'s forward runs in fp32 with autocast off, also when ``model`` went
-    through :func:`initialize` (whose forward would otherwise turn autocast on again).
-
-    Evaluation uses it: fp16 logits of nearly equal candidates tie, and argmax then picks the first.
-    """
-    before = getattr(model, "_amp_full_precision", False)
-    model._amp_full_precision = True
-    try:
-        with torch.autocast(device_type=next(model.parameters()).device.type, enabled=False):
-            yield model
-    finally:
-        model._amp_full_precision = before
 
 
 def _amp_optimizer_step(optimizer, *args, **kwargs):

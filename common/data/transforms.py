@@ -101,7 +101,8 @@ def _swap_word(match):
 
 
 def swap_left_right(tokens):
-    """Copy of a VCR token list with left <-> right swapped in its word tokens.
+    """Copy of a token list (words, and object-index lists as in VCR) with left <-> right swapped
+    in its word tokens.
 
     ``["the", "Left", "one", [0]]`` -> ``["the", "Right", "one", [0]]``; case is kept,
     object references (lists) are untouched.
