@@ -64,8 +64,21 @@ NOT_IMPLEMENTED = {
         **dict.fromkeys(DATA_KEYS + ["DATASET.ANSWER_VOCAB_SIZE", "DATASET.SEQ_LEN", "DATASET.MIN_SEQ_LEN",
                                      "NETWORK.BLIND", "NETWORK.NO_GROUNDING", "NETWORK.NO_OBJ_ATTENTION",
                                      "NETWORK.OUTPUT_CONV5", "NETWORK.VLBERT.object_word_embed_mode"], REFUSED)),
-    # Config files only: every key is refused away from its default.
-    "refcoco": {key: REFUSED for key, _ in leaf_keys(defaults("refcoco"))},
+    "refcoco": dict(
+        dict.fromkeys(COMMON_WARNED + ["DATASET.TASK", "DATASET.BASIC_ALIGN", "DATASET.TRAIN_ANNOTATION_FILE",
+                                       "DATASET.VAL_ANNOTATION_FILE", "DATASET.TEST_ANNOTATION_FILE",
+                                       "DATASET.ONLY_USE_RELEVANT_DETS", "DATASET.MASK_SIZE", "DATASET.QA2R_NOQ",
+                                       "DATASET.QA2R_AUG", "DATASET.ANSWER_VOCAB_FILE", "DATASET.ANSWER_VOCAB_SIZE",
+                                       "DATASET.USE_IMDB", "NETWORK.NO_GROUNDING", "NETWORK.NO_OBJ_ATTENTION",
+                                       "NETWORK.ENABLE_CNN_REG_LOSS", "NETWORK.CNN_LOSS_WEIGHT",
+                                       "NETWORK.ANS_LOSS_WEIGHT", "NETWORK.CLASSIFIER_TYPE",
+                                       "NETWORK.CLASSIFIER_HIDDEN_SIZE", "NETWORK.CLASSIFIER_SIGMOID",
+                                       "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT",
+                                       "NETWORK.CLASSIFIER_PRETRAINED", "NETWORK.ANS_LOSS_TYPE",
+                                       "NETWORK.REPLACE_OBJECT_CHANGE_LABEL"], WARNED),
+        **dict.fromkeys(["DATASET.APPEND_INDEX", "DATASET.CACHE_MODE", "NETWORK.IMAGE_FEAT_PRECOMPUTED",
+                         "NETWORK.OUTPUT_CONV5", "NETWORK.VLBERT.object_word_embed_mode",
+                         "NETWORK.VLBERT.with_pooler"], REFUSED)),
 }
 
 
