@@ -172,12 +172,15 @@ def test_defaults_and_implemented_keys_pass_silently(task):
     assert lines == []
 
 
-def test_shipped_vcr_configs_warn_only_about_gpus_and_the_cache_root():
-    for path in sorted(glob.glob(os.path.join(ROOT, "cfgs", "vcr", "*.yaml"))):
+@pytest.mark.parametrize("task,demo", [("vcr", "demo_q2a_cpu.yaml"), ("refcoco", "demo_cpu.yaml")])
+def test_shipped_configs_warn_only_about_gpus_and_the_cache_root(task, demo):
+    paths = sorted(glob.glob(os.path.join(ROOT, "cfgs", task, "*.yaml")))
+    assert len(paths) >= 5
+    for path in paths:
         with config_warnings() as lines:
-            api("vcr").check_config(api("vcr").load_config(path), path)
+            api(task).check_config(api(task).load_config(path), path)
         keys = sorted(line.split(": ")[2].split(" = ")[0] for line in lines)
-        assert keys == ([] if path.endswith("demo_q2a_cpu.yaml") else ["DATASET.ROOT_PATH", "GPUS"]), path
+        assert keys == ([] if path.endswith(demo) else ["DATASET.ROOT_PATH", "GPUS"]), path
 
 
 def test_entry_points_refuse_and_warn_before_anything_runs(tmp_path):
