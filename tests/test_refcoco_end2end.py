@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import re
+import runpy
 import subprocess
 import sys
 
@@ -100,18 +101,36 @@ def run_folder(model_dir):
     return os.path.dirname(found[0])
 
 
+def train_in_process(model_dir, cfg_name, opts):
+    """``python refcoco/train_end2end.py --cfg CFG --model-dir model_dir --opts ...`` run in this process (its
+    ``__main__`` through runpy: no interpreter start-up), on one thread. Returns (output folder, its log text)."""
+    entry = os.path.join(ROOT, "refcoco", "train_end2end.py")
+    saved = sys.argv
+    sys.argv = [entry, "--cfg", os.path.join(CFGS, cfg_name), "--model-dir", str(model_dir), "--opts"] + list(opts)
+    torch.set_num_threads(1)  # as the launched runs (OMP_NUM_THREADS=1)
+    if os.path.dirname(entry) not in sys.path:
+        sys.path.insert(0, os.path.dirname(entry))  # for its `import _init_paths`
+    try:
+        runpy.run_path(entry, run_name="__main__")
+    except SystemExit as e:
+        assert e.code in (0, None), "exit code {}".format(e.code)
+    finally:
+        sys.argv = saved
+    folder = run_folder(model_dir)
+    logs = sorted(glob.glob(os.path.join(folder, "*.log")))
+    assert logs, folder
+    return folder, "".join(open(p).read() for p in logs)
+
+
 _RUNS = {}
 
 
 def train(tiny_vcr, data, pretrain_file, tmp_path_factory, cfg_name):
     """(output folder, log text, opts) of the tiny run of ``cfg_name`` (once per module)."""
     if cfg_name not in _RUNS:
-        model_dir = str(tmp_path_factory.mktemp("refcoco_" + cfg_name[:-5]))
         opts = tiny_opts(tiny_vcr, data, pretrain_file)
-        out = run([sys.executable, "refcoco/train_end2end.py", "--cfg", os.path.join(CFGS, cfg_name),
-                   "--model-dir", model_dir, "--opts"] + opts)
-        assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
-        _RUNS[cfg_name] = run_folder(model_dir), out.stdout + out.stderr, opts
+        folder, log = train_in_process(tmp_path_factory.mktemp("refcoco_" + cfg_name[:-5]), cfg_name, opts)
+        _RUNS[cfg_name] = folder, log, opts
     return _RUNS[cfg_name]
 
 
@@ -146,10 +165,8 @@ def test_paper_config_trains_at_tiny_size_from_a_pretraining_checkpoint(tiny_vcr
 def test_partial_pretrain_maps_the_mvrc_transform_onto_the_head(tiny_vcr, data, pretrain_file, tmp_path):
     """With LR 0 the epoch checkpoint holds the pretraining file's tensors under the reference's renames."""
     opts = tiny_opts(tiny_vcr, data, pretrain_file, TRAIN__LR=0.0, TRAIN__END_EPOCH=1)
-    out = run([sys.executable, "refcoco/train_end2end.py", "--cfg", os.path.join(CFGS, PAPER_CFGS[0]),
-               "--model-dir", str(tmp_path), "--opts"] + opts)
-    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
-    ckpt = glob.glob(os.path.join(run_folder(tmp_path), "*-0000.model"))[0]
+    folder, _ = train_in_process(tmp_path, PAPER_CFGS[0], opts)
+    ckpt = glob.glob(os.path.join(folder, "*-0000.model"))[0]
     state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
     pretrain = torch.load(pretrain_file, map_location="cpu", weights_only=True)["state_dict"]
     for ours, theirs in (("final_mlp.0.dense.weight", "module.vlbert.mvrc_head.transform.dense.weight"),
