@@ -24,7 +24,8 @@ def parse_args():
     parser.add_argument("--split", nargs="+", default=["val"], choices=[s for s in SPLITS if s != "train"],
                         help="split(s) to predict (default val)")
     parser.add_argument("--bs", type=int, help="TEST.BATCH_IMAGES")
-    parser.add_argument("--gpus", type=int, nargs="+", default=[0], help="accepted for compatibility; one device is used")
+    parser.add_argument("--gpus", type=int, nargs="+", default=[0],
+                        help="accepted for compatibility; one device is used")
     parser.add_argument("--result-path", default="./test_result", help="folder of the result files")
     parser.add_argument("--result-name", help="file name prefix (default MODEL_PREFIX)")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")

@@ -52,7 +52,8 @@ def pretrain_file(tiny_vcr, data, tmp_path_factory):
     from pretrain.modules import MODELS
 
     opts = tiny_opts(tiny_vcr, data, "")
-    pairs = [(k, v) for k, v in zip(opts[::2], opts[1::2]) if k.startswith("NETWORK.") and k != "NETWORK.PARTIAL_PRETRAIN"]
+    pairs = [(k, v) for k, v in zip(opts[::2], opts[1::2])
+             if k.startswith("NETWORK.") and k != "NETWORK.PARTIAL_PRETRAIN"]
     cfg = load_config(os.path.join(ROOT, "cfgs", "pretrain", "base_e2e_16x16G_fp16.yaml"),
                       [x for pair in pairs for x in pair])
     torch.manual_seed(3)
