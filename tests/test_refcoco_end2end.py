@@ -23,6 +23,7 @@ import sys
 import pytest
 import torch
 import yaml
+from yacs.config import CfgNode
 
 from common.config_keys import leaf_keys
 from tests.conftest import ROOT
@@ -136,6 +137,7 @@ def train(tiny_vcr, data, pretrain_file, tmp_path_factory, cfg_name):
 
 
 def flat(node):
+    """{dotted key: value as JSON would give it} of a CfgNode."""
     return {key: json.loads(json.dumps(value)) for key, value in leaf_keys(node)}
 
 
@@ -144,7 +146,6 @@ def test_paper_config_trains_at_tiny_size_from_a_pretraining_checkpoint(tiny_vcr
                                                                        cfg_name):
     folder, log, opts = train(tiny_vcr, data, pretrain_file, tmp_path_factory, cfg_name)
     # the effective config is the reference's, apart from the tiny overrides (and the resolved output path)
-    from yacs.config import CfgNode
     with open(os.path.join(folder, "config.yaml")) as f:
         written = flat(CfgNode(yaml.safe_load(f)))
     reference = flat(CfgNode(REFERENCE["cfgs/refcoco/" + cfg_name]))
