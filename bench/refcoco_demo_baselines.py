@@ -104,11 +104,14 @@ def main():
 
     results = {}
     for name, extra in (("model", []), ("blind", ["NETWORK.BLIND", "true"])):
-        seconds = train(os.path.join(root, name), opts + extra)
-        acc, correct, total = val_accuracy(last_checkpoint(os.path.join(root, name)), opts + extra)
+        folder = os.path.join(root, name)
+        reused = bool(glob.glob(os.path.join(folder, "**", "*.model"), recursive=True))
+        seconds = train(folder, opts + extra)
+        acc, correct, total = val_accuracy(last_checkpoint(folder), opts + extra)
         results[name] = acc
-        print("{:14s} val accuracy {:.4f} ({} of {} expressions); training wall time {:.0f} s".format(
-            name, acc, correct, total, seconds), flush=True)
+        print("{:14s} val accuracy {:.4f} ({} of {} expressions); {}".format(
+            name, acc, correct, total, "resumed an earlier run (see its train.log)" if reused else
+            "training wall time {:.0f} s".format(seconds)), flush=True)
     rules, n = box_only_accuracies(data, opts)
     for name, acc in rules.items():
         print("box-only rule  {:15s} val accuracy {:.4f} ({} expressions)".format(name, acc, n))
