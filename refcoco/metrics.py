@@ -115,3 +115,17 @@ class RefAccuracy(EvalMetric):
         correct = grounding_correct(pred, self.referred_boxes[index])
         self.sum_metric = self.sum_metric + correct.sum().double()
         self.num_inst = self.num_inst + correct.numel()
+
+
+class ChosenBoxPositive(EvalMetric):
+    """Training accuracy (the reference's training ``RefAcc``): the fraction of expressions whose highest-logit
+    box is a positive candidate (label 1: IoU > 0.5 in the pixels the model sees).
+
+    Reads ``label_logits`` ``[B, N]`` and ``label`` ``[B, N]`` (1 positive, 0 negative, -1 padded slot).
+    """
+
+    def update(self, outputs):
+        logits, label = outputs["label_logits"].detach(), outputs["label"].detach()
+        chosen = label.gather(1, logits.argmax(1, keepdim=True)).squeeze(1)
+        self.sum_metric = self.sum_metric + (chosen > 0.5).sum().double()
+        self.num_inst = self.num_inst + chosen.numel()

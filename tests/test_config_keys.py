@@ -64,8 +64,21 @@ NOT_IMPLEMENTED = {
         **dict.fromkeys(DATA_KEYS + ["DATASET.ANSWER_VOCAB_SIZE", "DATASET.SEQ_LEN", "DATASET.MIN_SEQ_LEN",
                                      "NETWORK.BLIND", "NETWORK.NO_GROUNDING", "NETWORK.NO_OBJ_ATTENTION",
                                      "NETWORK.OUTPUT_CONV5", "NETWORK.VLBERT.object_word_embed_mode"], REFUSED)),
-    # Config files only: every key is refused away from its default.
-    "refcoco": {key: REFUSED for key, _ in leaf_keys(defaults("refcoco"))},
+    "refcoco": dict(
+        dict.fromkeys(COMMON_WARNED + ["DATASET.TASK", "DATASET.BASIC_ALIGN", "DATASET.TRAIN_ANNOTATION_FILE",
+                                       "DATASET.VAL_ANNOTATION_FILE", "DATASET.TEST_ANNOTATION_FILE",
+                                       "DATASET.ONLY_USE_RELEVANT_DETS", "DATASET.MASK_SIZE", "DATASET.QA2R_NOQ",
+                                       "DATASET.QA2R_AUG", "DATASET.ANSWER_VOCAB_FILE", "DATASET.ANSWER_VOCAB_SIZE",
+                                       "DATASET.USE_IMDB", "NETWORK.NO_GROUNDING", "NETWORK.NO_OBJ_ATTENTION",
+                                       "NETWORK.ENABLE_CNN_REG_LOSS", "NETWORK.CNN_LOSS_WEIGHT",
+                                       "NETWORK.ANS_LOSS_WEIGHT", "NETWORK.CLASSIFIER_TYPE",
+                                       "NETWORK.CLASSIFIER_HIDDEN_SIZE", "NETWORK.CLASSIFIER_SIGMOID",
+                                       "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT",
+                                       "NETWORK.CLASSIFIER_PRETRAINED", "NETWORK.ANS_LOSS_TYPE",
+                                       "NETWORK.REPLACE_OBJECT_CHANGE_LABEL"], WARNED),
+        **dict.fromkeys(["DATASET.APPEND_INDEX", "DATASET.CACHE_MODE", "NETWORK.IMAGE_FEAT_PRECOMPUTED",
+                         "NETWORK.OUTPUT_CONV5", "NETWORK.VLBERT.object_word_embed_mode",
+                         "NETWORK.VLBERT.with_pooler"], REFUSED)),
 }
 
 
@@ -159,12 +172,15 @@ def test_defaults_and_implemented_keys_pass_silently(task):
     assert lines == []
 
 
-def test_shipped_vcr_configs_warn_only_about_gpus_and_the_cache_root():
-    for path in sorted(glob.glob(os.path.join(ROOT, "cfgs", "vcr", "*.yaml"))):
+@pytest.mark.parametrize("task,demo", [("vcr", "demo_q2a_cpu.yaml"), ("refcoco", "demo_cpu.yaml")])
+def test_shipped_configs_warn_only_about_gpus_and_the_cache_root(task, demo):
+    paths = sorted(glob.glob(os.path.join(ROOT, "cfgs", task, "*.yaml")))
+    assert len(paths) >= 5
+    for path in paths:
         with config_warnings() as lines:
-            api("vcr").check_config(api("vcr").load_config(path), path)
+            api(task).check_config(api(task).load_config(path), path)
         keys = sorted(line.split(": ")[2].split(" = ")[0] for line in lines)
-        assert keys == ([] if path.endswith("demo_q2a_cpu.yaml") else ["DATASET.ROOT_PATH", "GPUS"]), path
+        assert keys == ([] if path.endswith(demo) else ["DATASET.ROOT_PATH", "GPUS"]), path
 
 
 def test_entry_points_refuse_and_warn_before_anything_runs(tmp_path):

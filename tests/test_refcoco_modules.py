@@ -136,3 +136,22 @@ def test_fixture_data_through_loader_model_and_accuracy(tmp_path):
                 assert torch.isclose(candidates, pred, atol=1e-4).all(1).any()
     assert len(correct) == len(dataset) == 5
     assert metric.get()[1] == pytest.approx(sum(correct) / 5)
+
+
+def test_blind_model_scores_boxes_without_their_pixels():
+    """NETWORK.BLIND: the scores depend on the boxes and the words, not on the image's content."""
+    image, boxes, im_info, expression, _ = synthetic_batch()
+    other = torch.randn(image.shape, generator=torch.Generator().manual_seed(5))
+    # visual features at full weight (the paper configs start them at 0)
+    seen = TINY + ["NETWORK.VLBERT.visual_scale_text_init", 1.0, "NETWORK.VLBERT.visual_scale_object_init", 1.0]
+    with torch.no_grad():
+        blind = build(seen + ["NETWORK.BLIND", True]).eval()
+        assert torch.equal(blind(image, boxes, im_info, expression)["label_logits"],
+                           blind(other, boxes, im_info, expression)["label_logits"])
+        moved = boxes.clone()
+        moved[0, 1] += 5
+        assert not torch.equal(blind(image, boxes, im_info, expression)["label_logits"][0],
+                               blind(image, moved, im_info, expression)["label_logits"][0])
+        seeing = build(seen).eval()
+        assert not torch.equal(seeing(image, boxes, im_info, expression)["label_logits"],
+                               seeing(other, boxes, im_info, expression)["label_logits"])

@@ -61,6 +61,41 @@ def missing_data_paths(data_path, boxes, proposal_source, zip_mode):
     return [name for name, paths in needed if not any(os.path.exists(p) for p in paths)]
 
 
+def load_items(refer, image_sets, data_path, zip_mode=False):
+    """One dict per expression of the splits ``image_sets`` (list of names), refs in :meth:`Refer.ref_ids`
+    order and each ref's sentences in file order: ``sent_id``, ``ref_id``, ``ann_id``, ``split`` (the ref's
+    own split field), ``image_id``, ``category_id``, ``image_fn``, ``width``, ``height``, ``tokens``."""
+    items = []
+    for split in image_sets:
+        for ref_id in refer.ref_ids(split):
+            ref = refer.refs[ref_id]
+            image = refer.images[ref["image_id"]]
+            for sentence in ref["sentences"]:
+                items.append({
+                    "sent_id": sentence["sent_id"], "ref_id": ref_id, "ann_id": ref["ann_id"], "split": ref["split"],
+                    "image_id": ref["image_id"], "category_id": ref.get("category_id"),
+                    "image_fn": coco_image_path(data_path, ref["image_id"], zip_mode),
+                    "width": image["width"], "height": image["height"], "tokens": sentence["tokens"],
+                })
+    return items
+
+
+def referred_boxes(refer, items):
+    """``[N, 4]`` float32 ``x1, y1, x2, y2`` (original pixels) of the object each of ``items`` refers to."""
+    return xywh_to_xyxy([refer.annotations[item["ann_id"]]["bbox"] for item in items])
+
+
+def split_referred_boxes(data_path, image_set):
+    """The referred boxes of the ``image_set`` (names joined with '+') items, in the data set's index order,
+    read from the REFER files alone (no image, no proposal): what the accuracy metric needs.
+
+    Raises:
+        FileNotFoundError, RefCOCODataError: as :class:`refcoco.data.refer.Refer`.
+    """
+    refer = Refer(data_path, DATASET_NAME, SPLIT_BY)
+    return referred_boxes(refer, load_items(refer, [s.strip() for s in image_set.split("+")], data_path))
+
+
 class RefCOCO(Dataset):
     """RefCOCO+ items in the order of ``data_names``.
 
@@ -121,8 +156,8 @@ class RefCOCO(Dataset):
                 self.proposals = load_mattnet_detections(self.proposal_file)
             else:
                 self.vg_boxes = VGBoxes(data_path)
-        self.items = self._load_items()
-        self.referred_boxes = xywh_to_xyxy([self.refer.annotations[item["ann_id"]]["bbox"] for item in self.items])
+        self.items = load_items(self.refer, self.image_sets, data_path, zip_mode)
+        self.referred_boxes = referred_boxes(self.refer, self.items)
 
     @classmethod
     def from_config(cls, cfg, mode, transform=None):
@@ -146,21 +181,6 @@ class RefCOCO(Dataset):
                    boxes=boxes, proposal_source=d.PROPOSAL_SOURCE, transform=transform, test_mode=mode == "test",
                    zip_mode=d.ZIP_MODE, add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX)
 
-    def _load_items(self):
-        items = []
-        for split in self.image_sets:
-            for ref_id in self.refer.ref_ids(split):
-                ref = self.refer.refs[ref_id]
-                image = self.refer.images[ref["image_id"]]
-                for sentence in ref["sentences"]:
-                    items.append({
-                        "sent_id": sentence["sent_id"], "ref_id": ref_id, "ann_id": ref["ann_id"],
-                        "image_id": ref["image_id"], "category_id": ref.get("category_id"),
-                        "image_fn": coco_image_path(self.data_path, ref["image_id"], self.zip_mode),
-                        "width": image["width"], "height": image["height"], "tokens": sentence["tokens"],
-                    })
-        return items
-
     # ------------------------------------------------------------------ public helpers
     def __len__(self):
         return len(self.items)
@@ -170,6 +190,11 @@ class RefCOCO(Dataset):
         """Names of the item's fields, in order (the reference's order)."""
         names = ["image", "boxes", "im_info", "expression"]
         return names if self.test_mode else names + ["label"]
+
+    @property
+    def splits(self):
+        """The ``split`` field of each item's ref (``train``, ``val``, ``testA``, ``testB``), in index order."""
+        return [item["split"] for item in self.items]
 
     @property
     def group_ids(self):

@@ -1,10 +1,10 @@
 """RefCOCO+ config (reference ``refcoco/function/config.py``).
 
-The data set (``refcoco.data``), the model (``refcoco.modules``) and the metric (``refcoco.metrics``)
-read these keys; the training, validation and test entry points are not wired yet.
+The data set (``refcoco.data``), the model (``refcoco.modules``) and the metrics (``refcoco.metrics``) read
+these keys; ``KEY_STATUS`` says what each key does here (see :mod:`common.config_keys`).
 """
 from common.config import common_defaults, task_api
-from common.config_keys import key_checker, leaf_keys, refused, task_key_status
+from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 from vqa.function.config import add_answer_vocab_keys
 
 
@@ -25,10 +25,66 @@ def refcoco_defaults():
 
 config, update_config, load_config = task_api(refcoco_defaults)
 
-# No RefCOCO+ model, data or training: no key has an effect, and any value other than the default is refused.
+_NOT_READ = "the RefCOCO+ data set and model do not read it (the reference's neither)"
+_VQA_KEY = "a VQA answer-vocabulary key; RefCOCO+ has no answer vocabulary (the reference's neither)"
+
+# Keys that RefCOCO+'s data set and model read (common.config_keys.TASK) and RefCOCO+'s own keys.
 KEY_STATUS = task_key_status(refcoco_defaults(), {
-    key: refused("the RefCOCO+ task is not in this release (only its config files load)")
-    for key, _ in leaf_keys(refcoco_defaults())})
+    "DATASET.APPEND_INDEX": refused("the RefCOCO+ model takes no sample-index input (im_info carries the index)"),
+    "DATASET.TASK": warned("RefCOCO+ has one task; " + _NOT_READ),
+    "DATASET.BASIC_ALIGN": warned(_NOT_READ),
+    "DATASET.DATASET_PATH": DONE,
+    "DATASET.TRAIN_IMAGE_SET": DONE,
+    "DATASET.VAL_IMAGE_SET": DONE,
+    "DATASET.TEST_IMAGE_SET": DONE,
+    "DATASET.TRAIN_ANNOTATION_FILE": warned("the annotations are refcoco+/refs(unc).p and instances.json; "
+                                            + _NOT_READ),
+    "DATASET.VAL_ANNOTATION_FILE": warned("the annotations are refcoco+/refs(unc).p and instances.json; "
+                                          + _NOT_READ),
+    "DATASET.TEST_ANNOTATION_FILE": warned("the annotations are refcoco+/refs(unc).p and instances.json; "
+                                           + _NOT_READ),
+    "DATASET.ONLY_USE_RELEVANT_DETS": warned("the candidates are DATASET.*_BOXES; " + _NOT_READ),
+    "DATASET.ADD_IMAGE_AS_A_BOX": DONE,
+    "DATASET.ZIP_MODE": DONE,
+    "DATASET.CACHE_MODE": refused("not implemented (the reference's RefCOCO+ data set neither)"),
+    "DATASET.MASK_SIZE": warned("RefCOCO+ boxes have no masks; " + _NOT_READ),
+    "DATASET.QA2R_NOQ": warned("a VCR key; " + _NOT_READ),
+    "DATASET.QA2R_AUG": warned("a VCR key; " + _NOT_READ),
+    "DATASET.ANSWER_VOCAB_FILE": warned(_VQA_KEY),
+    "DATASET.ANSWER_VOCAB_SIZE": warned(_VQA_KEY),
+    "DATASET.USE_IMDB": warned(_VQA_KEY),
+    "DATASET.TRAIN_BOXES": DONE,
+    "DATASET.VAL_BOXES": DONE,
+    "DATASET.TEST_BOXES": DONE,
+    "DATASET.PROPOSAL_SOURCE": DONE,
+    "NETWORK.BLIND": DONE,
+    "NETWORK.NO_GROUNDING": warned("every word already carries the whole-image feature, not a box's; " + _NOT_READ),
+    "NETWORK.NO_OBJ_ATTENTION": warned(_NOT_READ),
+    "NETWORK.IMAGE_FEAT_PRECOMPUTED": refused("the RefCOCO+ data set provides images and boxes, not precomputed "
+                                              "box features"),
+    "NETWORK.BERT_WITH_NSP_LOSS": warned("the RefCOCO+ model has no next-sentence loss; " + _NOT_READ),
+    "NETWORK.BERT_WITH_MLM_LOSS": warned("the RefCOCO+ model has no masked-language loss; " + _NOT_READ),
+    "NETWORK.ENABLE_CNN_REG_LOSS": warned("RefCOCO+ boxes have no class labels to regularise with (the reference "
+                                          "ignores it too)"),
+    "NETWORK.CNN_LOSS_WEIGHT": warned("no CNN regularisation loss in RefCOCO+; " + _NOT_READ),
+    "NETWORK.ANS_LOSS_WEIGHT": warned("the loss is the box classification loss alone; " + _NOT_READ),
+    "NETWORK.VLBERT.object_word_embed_mode": refused("the RefCOCO+ model has one class-agnostic box embedding "
+                                                     "(mode 2), as the reference's"),
+    "NETWORK.VLBERT.with_pooler": refused("the RefCOCO+ head reads the box states: a pooler would be an unused "
+                                          "layer that distributed training cannot synchronise"),
+    "NETWORK.CLASSIFIER_TYPE": warned("the RefCOCO+ head is fixed (the pretraining MVRC transform and a linear "
+                                      "layer); " + _NOT_READ),
+    "NETWORK.CLASSIFIER_HIDDEN_SIZE": warned("the RefCOCO+ head is fixed (the pretraining MVRC transform and a "
+                                             "linear layer); " + _NOT_READ),
+    "NETWORK.CLASSIFIER_DROPOUT": DONE,
+    "NETWORK.CLASSIFIER_SIGMOID": warned("the box logits always go through a sigmoid (binary cross-entropy); "
+                                         + _NOT_READ),
+    "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT": warned("positives and negatives weigh the same; " + _NOT_READ),
+    "NETWORK.CLASSIFIER_PRETRAINED": warned(_VQA_KEY),
+    "NETWORK.ANS_LOSS_TYPE": warned(_VQA_KEY),
+    "NETWORK.REPLACE_OBJECT_CHANGE_LABEL": warned(_VQA_KEY),
+    "TRAIN.LOSS_LOGGERS": DONE,
+})
 
 
 check_config = key_checker(refcoco_defaults, KEY_STATUS)

@@ -54,6 +54,9 @@ class ResNetVLBERT(VLBertModule):
     ``label_logits``, ``pred_boxes`` [B, 4] (the argmax box in original image pixels: divided by the scales)
     and, when ``im_info`` has 5 columns, ``index`` [B] long.
 
+    ``NETWORK.BLIND`` (a baseline): every pixel is set to 0, the mean colour after normalisation, so the box
+    features carry the boxes' geometry (and the image size) but nothing of what the boxes show.
+
     Raises:
         ValueError: ``NETWORK.VLBERT.object_word_embed_mode`` is not 2 (the reference's one embedding row).
     """
@@ -90,6 +93,8 @@ class ResNetVLBERT(VLBertModule):
 
     def _logits(self, image, boxes, im_info, expression):
         """Box logits ``[B, N]`` (``PADDED_LOGIT`` at padded slots) and the box mask ``[B, N]``."""
+        if self.config.NETWORK.BLIND:
+            image = torch.zeros_like(image)  # the mean colour everywhere: box geometry without content
         box_mask = boxes[:, :, 0] > -0.5  # padded rows are -1 (common collate) or -2 (reference collate)
         num_boxes = boxes.shape[1]
         max_len = int(box_mask.sum(1).max())

@@ -1,0 +1,51 @@
+"""The RefCOCO+ task: what referring expressions add to the shared engine (metrics, result JSON)."""
+import os
+
+from common.metrics.composite_eval_metric import CompositeEvalMetric
+from common.metrics.loss_logger import LossLogger
+from common.task import Task, register_task
+import refcoco.data  # noqa: F401  (registers the 'refcoco+' dataset)
+from refcoco.data.refcoco import DATASET_NAME, split_referred_boxes
+from refcoco.function.config import check_config, refcoco_defaults
+from refcoco.function.test import predict_boxes, print_accuracies, split_accuracies, write_result_json
+from refcoco.metrics import ChosenBoxPositive, RefAccuracy
+from refcoco.modules import MODELS
+
+
+class RefCOCOTask(Task):
+    """RefCOCO+: which candidate box does the expression refer to (one logit per box, BCE)."""
+    name = "refcoco"
+    models = MODELS
+    host_metric_name = "RefAcc"
+
+    def defaults(self):
+        return refcoco_defaults()
+
+    def build_metrics(self, cfg, for_training):
+        """Validation: ``RefAcc``, the accuracy over every expression of ``DATASET.VAL_IMAGE_SET`` (argmax box
+        with IoU >= 0.5 with the referred box, original pixels; summed over ranks). Training: ``RefAcc``, the
+        argmax box is a positive candidate (the reference's training metric), plus the TRAIN.LOSS_LOGGERS."""
+        if not for_training:
+            return CompositeEvalMetric([RefAccuracy(split_referred_boxes(cfg.DATASET.DATASET_PATH,
+                                                                         cfg.DATASET.VAL_IMAGE_SET))])
+        metrics = CompositeEvalMetric([ChosenBoxPositive("RefAcc")])
+        for output_name, display_name in cfg.TRAIN.LOSS_LOGGERS:
+            metrics.add(LossLogger(output_name, display_name))
+        return metrics
+
+    def check_config(self, cfg, source="config"):
+        check_config(cfg, source)
+
+    def write_results(self, cfg, model, loader, save_path, save_name, autocast):
+        """``{save_path}/{save_name}_refcoco+_{TEST_IMAGE_SET}.json`` (the reference's name and rows, see
+        :func:`refcoco.function.test.write_result_json`); prints the accuracy per split (test labels are public)."""
+        dataset = loader.dataset
+        boxes = predict_boxes(model, loader, autocast)
+        path = os.path.join(save_path, "{}_{}_{}.json".format(save_name, DATASET_NAME, cfg.DATASET.TEST_IMAGE_SET))
+        write_result_json(path, dataset, boxes)
+        print("result json saved to {}".format(path))
+        print_accuracies(split_accuracies(dataset, boxes))
+        return path
+
+
+TASK = register_task(RefCOCOTask())

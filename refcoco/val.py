@@ -1,0 +1,27 @@
+"""RefCOCO+ accuracy on the validation split(s) of the config.
+
+    python refcoco/val.py --cfg CFG --ckpt CKPT [--opts KEY VALUE ...]
+
+Evaluates ``DATASET.VAL_IMAGE_SET`` with ``DATASET.VAL_BOXES`` through the epoch-end validation loop (fp32)
+and prints the accuracy of each split of the refs, then over all of them when several.
+"""
+import _init_paths  # noqa: F401
+import argparse
+
+from common.cli import run_main
+from refcoco.function.config import load_config
+from refcoco.function.test import print_accuracies, val_accuracies
+from refcoco.task import TASK
+
+
+def main():
+    parser = argparse.ArgumentParser("RefCOCO+ validation accuracy")
+    parser.add_argument("--cfg", required=True, help="config file")
+    parser.add_argument("--ckpt", required=True, help="checkpoint file")
+    parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
+    args = parser.parse_args()
+    print_accuracies(val_accuracies(TASK, load_config(args.cfg, args.opts), args.ckpt))
+
+
+if __name__ == "__main__":
+    run_main(main)
