@@ -14,6 +14,12 @@ MLM_TRANSFORM_PREFIX = 'cls.predictions.transform.'
 ANS_LOSS_TYPES = ('bce', 'ce')
 
 
+def box_mask(boxes):
+    """Which box rows are real: ``boxes`` float [B, N, 4+] (padded rows hold -2, the VQA data's pad
+    value; real coordinates are >= 0) -> bool [B, N]."""
+    return boxes[:, :, 0] > -1.5
+
+
 class ResNetVLBERT(VLBertModule):
     """Input ``[CLS] question [SEP] [MASK] [SEP]`` + RoIs; answer logits from the [MASK] position.
 
@@ -64,10 +70,10 @@ class ResNetVLBERT(VLBertModule):
         self.final_mlp[0].load_state_dict(transform)
 
     def _logits(self, image, boxes, im_info, question):
-        box_mask = boxes[:, :, 0] > -1.5
-        max_len = int(box_mask.sum(1).max())
-        box_mask, boxes = box_mask[:, :max_len], boxes[:, :max_len]
-        obj_reps = self.image_feature_extractor(images=image, boxes=boxes, box_mask=box_mask, im_info=im_info)
+        mask = box_mask(boxes)
+        max_len = int(mask.sum(1).max())
+        mask, boxes = mask[:, :max_len], boxes[:, :max_len]
+        obj_reps = self.image_feature_extractor(images=image, boxes=boxes, box_mask=mask, im_info=im_info)
         obj_reps = obj_reps['obj_reps']
 
         question_tags = torch.zeros_like(question)
@@ -78,10 +84,10 @@ class ResNetVLBERT(VLBertModule):
         text_visual = collect_obj_reps(text_tags, obj_reps)
         if self.config.NETWORK.NO_GROUNDING:
             text_visual = torch.zeros_like(text_visual)
-        object_linguistic = self.object_linguistic_embeddings(box_mask.new_zeros(box_mask.shape, dtype=torch.long))
+        object_linguistic = self.object_linguistic_embeddings(mask.new_zeros(mask.shape, dtype=torch.long))
         object_vl = torch.cat((obj_reps, object_linguistic.to(obj_reps.dtype)), -1)
 
-        hidden, _ = self.vlbert(text_ids, text_types, text_visual, text_mask, object_vl, box_mask,
+        hidden, _ = self.vlbert(text_ids, text_types, text_visual, text_mask, object_vl, mask,
                                 output_all_encoded_layers=False)
         answer_states = hidden[torch.arange(hidden.shape[0], device=hidden.device), answer_pos]
         return self.final_mlp(answer_states)
