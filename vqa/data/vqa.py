@@ -195,6 +195,11 @@ class VQADataset(Dataset):
         return [q["question_id"] for q in self.database]
 
     @property
+    def annotation_files(self):
+        """Annotation file of each split of the image set (None in test mode), in ``+`` order."""
+        return [f[1] for f in self.files]
+
+    @property
     def data_names(self):
         """Names of the item's fields, in order (the reference's)."""
         return ["image", "boxes", "im_info", "question"] + ([] if self.test_mode else ["label"])
