@@ -15,7 +15,8 @@ the official accuracy (``vqa/val.py``) of the last checkpoint on val2014 and on 
 (the shapes questions), and the data-loading share of step time (the ``Data`` column of the
 Speedometer lines over the sum of all six columns: data, transfer, forward, backward, optimizer, metrics).
 
-Usage: python bench/vqa_demo.py [--target 0.7] [--out output/bench_vqa_demo] [--opts KEY VALUE ...]
+Usage: python bench/vqa_demo.py [--target 0.7] [--models vision blind boxes-only] [--out output/bench_vqa_demo]
+       [--opts KEY VALUE ...]
 Needs data/demo_vqa with its features (``scripts/run_demo.sh vqa`` writes them).
 """
 import argparse
@@ -114,13 +115,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", type=float, default=0.7, help="Val-SoftAcc the time to accuracy is measured to")
     parser.add_argument("--out", default=os.path.join("output", "bench_vqa_demo"), help="parent of the run folders")
+    parser.add_argument("--models", nargs="+", choices=("vision", "blind", "boxes-only"),
+                        default=["vision", "blind", "boxes-only"], help="which of the three to train")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="extra overrides for every run")
     args = parser.parse_args()
     if not glob.glob(os.path.join(DATA, FEATURES, "*.cache")):
         sys.exit("error: no feature cache under {}: run scripts/run_demo.sh vqa first".format(DATA))
     root = os.path.abspath(os.path.join(args.out, time.strftime("%Y%m%d-%H%M%S")))
-    zeroed = zeroed_copy(DATA, os.path.join(root, "data_zeroed"))
-    runs = (("vision", []), ("blind", ["NETWORK.BLIND", "true"]), ("boxes-only", ["DATASET.DATASET_PATH", zeroed]))
+    runs = [("vision", []), ("blind", ["NETWORK.BLIND", "true"])]
+    if "boxes-only" in args.models:
+        runs.append(("boxes-only", ["DATASET.DATASET_PATH", zeroed_copy(DATA, os.path.join(root, "data_zeroed"))]))
+    runs = [(name, extra) for name, extra in runs if name in args.models]
     print("{:10s} {:>8s} {:>10s} {:>12s} {:>11s} {:>9s}".format(
         "model", "train s", "to target", "val2014 %", "shapes %", "loading"), flush=True)
     for name, extra in runs:
