@@ -69,7 +69,8 @@ def seed_everything(seed, rank=0):
 
 def build_model(task, cfg, device=None):
     """The model ``cfg.MODULE`` names in ``task``, with NETWORK.PARTIAL_PRETRAIN loaded when set
-    (prefix changes, then the task's own renames), moved to ``device`` when given.
+    (prefix changes, then the task's own renames) and ``task.init_after_pretrain`` applied, moved to
+    ``device`` when given.
 
     Warns (:class:`common.modeling.module.RandomInitWarning`) about the parts that keep random weights.
 
@@ -83,6 +84,7 @@ def build_model(task, cfg, device=None):
         loaded = load_partial_pretrain(
             model, cfg.NETWORK.PARTIAL_PRETRAIN, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES,
             renames=task.pretrain_renames(cfg)).loaded
+    task.init_after_pretrain(cfg, model)
     warn_random_init(model, held, loaded)  # only parts the partial pretrain file did not fill
     return model if device is None else model.to(device)
 
@@ -230,14 +232,15 @@ def inference_device():
 def test_net(task, cfg, ckpt_path, save_path, save_name):
     """Predict the test split with the checkpoint ``ckpt_path`` and write the task's result file
     under ``save_path`` (name from ``save_name``, see :meth:`common.task.Task.write_results`), in
-    fp32 like validation (:func:`run_validation`).
+    fp32 like validation (:func:`run_validation`). Inside a process group each rank predicts its
+    shard of the test set (the task's writer gathers them); otherwise one process predicts all.
 
     Returns:
         path of the written file.
     """
     device = inference_device()
     model = load_for_inference(task, cfg, ckpt_path, device)
-    loader = build_loader(task, cfg, "test")
+    loader = build_loader(task, cfg, "test", cdist.get_world_size(), cdist.get_rank())
     return task.write_results(cfg, model, loader, save_path, save_name, nullcontext)
 
 

@@ -83,6 +83,10 @@ class Task:
             common.config.ConfigError: a value the task refuses (names the key).
         """
 
+    def init_after_pretrain(self, cfg, model):
+        """Last initialisation of a model built for training, after NETWORK.PARTIAL_PRETRAIN is loaded
+        (for weights derived from loaded ones); a resumed checkpoint then overwrites them. Default: nothing."""
+
     def pretrain_renames(self, cfg) -> Optional[PretrainRenames]:
         """Key renames used when fine-tuning from a pretraining checkpoint (NETWORK.PARTIAL_PRETRAIN),
         after the generic prefix changes; None: no task-specific renames."""

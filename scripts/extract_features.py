@@ -2,7 +2,7 @@
 
     python scripts/extract_features.py --boxes boxes.json --image-root data/my_images --out data/my_features \
         [--format json|tsv] [--cfg cfgs/vqa/base_4x16G_fp32.yaml] [--weights resnet101-pt-vgbua-0000.model] \
-        [--device cuda] [--opts KEY VALUE ...]
+        [--device cuda] [--batch-size 8] [--opts KEY VALUE ...]
 
 ``boxes.json`` lists the images and their boxes (pixels of the image file, ``x1, y1, x2, y2``;
 further numbers on a row, such as a score, are ignored)::
@@ -49,6 +49,8 @@ def parse_args(argv=None):
     parser.add_argument("--format", choices=("json", "tsv"), default="json", help="output format")
     parser.add_argument("--cfg", default=DEFAULT_CFG, help="config giving the ResNet, SCALES and PIXEL_MEANS/STDS")
     parser.add_argument("--weights", help="ResNet state dict file (instead of NETWORK.IMAGE_PRETRAINED)")
+    parser.add_argument("--batch-size", type=int, default=8,
+                        help="images per forward; consecutive images of one size only (no padding)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides as KEY VALUE pairs")
     return parser.parse_args(argv)
@@ -100,19 +102,44 @@ def build_extractor(args):
 
 
 @torch.no_grad()
-def extract(model, transform, image, boxes, device):
-    """Features of ``boxes`` (float32 ``[N, 4]``, pixels of ``image``) and of the whole image.
+def extract(model, transform, images, boxes, device):
+    """Features of each image's boxes and of the whole image, for images of one size (one forward).
 
+    Args:
+        images: ``PIL.Image`` list, all of the same size (so their tensors stack without padding,
+            which would change the features at the borders).
+        boxes: float32 ``[N_i, 4]`` tensor per image, pixels of that image.
     Returns:
-        (float32 ``[N, C]``, float32 ``[C]``) numpy arrays, C = the ResNet's res5 width.
+        list of (float32 ``[N_i, C]``, float32 ``[C]``) numpy array pairs, C = the ResNet's res5 width.
     """
-    w, h = image.size
-    all_boxes = torch.cat((torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0]]), boxes))
-    sample = transform({"image": image, "boxes": all_boxes, "im_info": torch.tensor([w, h, 1.0, 1.0, 0.0])})
-    feats = model(sample["image"][None].to(device), sample["boxes"][None].to(device),
-                  torch.ones(1, len(all_boxes), dtype=torch.bool, device=device),
-                  sample["im_info"][None].to(device))["obj_reps_raw"][0].float().cpu().numpy()
-    return feats[1:], feats[0]
+    samples = []
+    for image, b in zip(images, boxes):
+        w, h = image.size
+        all_boxes = torch.cat((torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0]]), b))
+        samples.append(transform({"image": image, "boxes": all_boxes, "im_info": torch.tensor([w, h, 1.0, 1.0, 0.0])}))
+    most = max(len(s["boxes"]) for s in samples)
+    padded = torch.zeros(len(samples), most, 4)
+    mask = torch.zeros(len(samples), most, dtype=torch.bool)
+    for i, s in enumerate(samples):
+        padded[i, :len(s["boxes"])] = s["boxes"]
+        mask[i, :len(s["boxes"])] = True
+    feats = model(torch.stack([s["image"] for s in samples]).to(device), padded.to(device), mask.to(device),
+                  torch.stack([s["im_info"] for s in samples]).to(device))["obj_reps_raw"].float().cpu().numpy()
+    return [(f[1:len(s["boxes"])], f[0]) for f, s in zip(feats, samples)]
+
+
+def same_size_batches(entries, image_root, batch_size):
+    """Consecutive entries as (entries, images) groups of up to ``batch_size`` images of one size."""
+    group, images = [], []
+    for e in entries:
+        image = load_image(os.path.join(image_root, e["image"]))
+        if group and (len(group) == batch_size or image.size != images[0].size):
+            yield group, images
+            group, images = [], []
+        group.append(e)
+        images.append(image)
+    if group:
+        yield group, images
 
 
 def main(argv=None):
@@ -121,11 +148,11 @@ def main(argv=None):
     model, transform = build_extractor(args)
 
     def regions():
-        for e in entries:
-            image = load_image(os.path.join(args.image_root, e["image"]))
-            features, image_box_feature = extract(model, transform, image, e["boxes"], args.device)
-            yield RegionFeatures(image_id=e["image_id"], image_w=image.size[0], image_h=image.size[1],
-                                 boxes=e["boxes"].numpy(), features=features, image_box_feature=image_box_feature)
+        for group, images in same_size_batches(entries, args.image_root, args.batch_size):
+            outputs = extract(model, transform, images, [e["boxes"] for e in group], args.device)
+            for e, image, (features, image_box_feature) in zip(group, images, outputs):
+                yield RegionFeatures(image_id=e["image_id"], image_w=image.size[0], image_h=image.size[1],
+                                     boxes=e["boxes"].numpy(), features=features, image_box_feature=image_box_feature)
 
     if args.format == "tsv":
         write_tsv(args.out, regions())

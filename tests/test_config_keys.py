@@ -34,7 +34,7 @@ COMMON_WARNED = ["GPUS", "DATASET.ROOT_PATH", "DATASET.IGNORE_DB_CACHE", "NETWOR
                  "NETWORK.BERT_ALIGN_ANSWER", "NETWORK.BERT_USE_LAYER", "NETWORK.BERT_WITH_NSP_LOSS",
                  "NETWORK.BERT_WITH_MLM_LOSS", "NETWORK.VLBERT.input_size", "NETWORK.VLBERT.input_transform_type",
                  "VAL.SHUFFLE", "TEST.SHUFFLE", "TEST.TEST_EPOCH"]
-# Keys only a data set reads: VQA and pretraining have no data loader yet.
+# Keys only a data set reads: pretraining has no data loader yet.
 DATA_KEYS = ["DATASET.APPEND_INDEX", "DATASET.TASK", "DATASET.BASIC_ALIGN", "DATASET.DATASET_PATH",
              "DATASET.TRAIN_IMAGE_SET", "DATASET.VAL_IMAGE_SET", "DATASET.TEST_IMAGE_SET",
              "DATASET.TRAIN_ANNOTATION_FILE", "DATASET.VAL_ANNOTATION_FILE", "DATASET.TEST_ANNOTATION_FILE",
@@ -49,12 +49,14 @@ NOT_IMPLEMENTED = {
                          "NETWORK.OUTPUT_CONV5"], REFUSED)),
     "vqa": dict(
         dict.fromkeys(COMMON_WARNED + ["NETWORK.ENABLE_CNN_REG_LOSS", "NETWORK.CNN_LOSS_WEIGHT",
-                                       "NETWORK.ANS_LOSS_WEIGHT", "NETWORK.REPLACE_OBJECT_CHANGE_LABEL"], WARNED),
-        **dict.fromkeys(DATA_KEYS + ["DATASET.USE_IMDB", "DATASET.BOXES", "NETWORK.IMAGE_FEAT_PRECOMPUTED",
-                                     "NETWORK.BLIND", "NETWORK.FOR_MASK_VL_MODELING_PRETRAIN",
-                                     "NETWORK.NO_OBJ_ATTENTION", "NETWORK.OUTPUT_CONV5", "NETWORK.CLASSIFIER_SIGMOID",
-                                     "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT",
-                                     "NETWORK.CLASSIFIER_PRETRAINED"], REFUSED)),
+                                       "NETWORK.ANS_LOSS_WEIGHT", "NETWORK.REPLACE_OBJECT_CHANGE_LABEL",
+                                       "DATASET.TASK", "DATASET.BASIC_ALIGN", "DATASET.TRAIN_ANNOTATION_FILE",
+                                       "DATASET.VAL_ANNOTATION_FILE", "DATASET.TEST_ANNOTATION_FILE",
+                                       "DATASET.ONLY_USE_RELEVANT_DETS", "DATASET.MASK_SIZE", "DATASET.QA2R_NOQ",
+                                       "DATASET.QA2R_AUG"], WARNED),
+        **dict.fromkeys(["DATASET.APPEND_INDEX", "DATASET.CACHE_MODE", "NETWORK.FOR_MASK_VL_MODELING_PRETRAIN",
+                         "NETWORK.OUTPUT_CONV5", "NETWORK.CLASSIFIER_SIGMOID",
+                         "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT"], REFUSED)),
     "pretrain": dict(
         dict.fromkeys(COMMON_WARNED + ["NETWORK.FOR_MASK_VL_MODELING_PRETRAIN", "NETWORK.ENABLE_CNN_REG_LOSS",
                                        "NETWORK.CNN_LOSS_WEIGHT", "NETWORK.ANS_LOSS_WEIGHT", "NETWORK.CLASSIFIER_TYPE",

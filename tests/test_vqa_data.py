@@ -200,3 +200,20 @@ def test_shipped_config_builds_the_dataset_and_a_loader(tmp_path):
     bad = load_config(os.path.join(ROOT, "cfgs", "vqa", "base_4x16G_fp32.yaml"), opts + ["DATASET.USE_IMDB", "true"])
     with pytest.raises(VQADataError, match="USE_IMDB: true reads Pythia's imdb"):
         build_dataset(bad, "train")
+
+
+def test_padded_boxes_are_outside_the_model_box_mask(tmp_path):
+    """A batch of images with 3 and 2 regions (4 and 3 boxes with the whole image): the padded row
+    gets -2 and the VQA model's mask keeps exactly the real rows (a -1 pad passed its > -1.5 test)."""
+    from vqa.modules.resnet_vlbert_for_vqa import box_mask
+
+    write_data(tmp_path)
+    opts = ["DATASET.DATASET_PATH", str(tmp_path / "coco"), "DATASET.ANSWER_VOCAB_FILE",
+            str(tmp_path / "coco" / "vqa" / "answers_vqa.txt"), "DATASET.ANSWER_VOCAB_SIZE", "7",
+            "DATASET.BOXES", "'36'", "NETWORK.BERT_MODEL_NAME", str(tmp_path / "bert"),
+            "TRAIN.BATCH_IMAGES", "3", "TRAIN.SHUFFLE", "false", "NUM_WORKERS_PER_GPU", "0"]
+    cfg = load_config(os.path.join(ROOT, "cfgs", "vqa", "base_4x16G_fp32.yaml"), opts)
+    boxes = next(iter(make_dataloader(cfg, "train")))[1]
+    assert boxes.shape == (3, 4, 4 + 2048)
+    assert box_mask(boxes).tolist() == [[True] * 4, [True] * 4, [True] * 3 + [False]]
+    assert (boxes[2, 3] == -2).all()

@@ -279,3 +279,25 @@ def test_extractor_uses_the_weights_it_is_given(extracted, tmp_path):
     (tmp_path / "bad_boxes.json").write_text(json.dumps([{"image_id": 3, "image": "a.png", "boxes": [[1, 2, 3]]}]))
     with pytest.raises(UserInputError, match=r"bad_boxes\.json: image_id 3: 'boxes' must be a list of \[x1, y1"):
         script.main(["--boxes", str(tmp_path / "bad_boxes.json"), "--weights", str(tmp_path / "other.pth")] + args)
+
+
+def test_images_of_one_size_batched_give_the_features_of_one_at_a_time(extracted, tmp_path):
+    root, _, _, script = extracted
+    rng = np.random.default_rng(1)
+    entries = []
+    for k in range(3):  # two images of one size (one forward when batched), then one of another size
+        w, h = (40, 30) if k < 2 else (30, 40)
+        Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(str(tmp_path / "{}.png".format(k)))
+        entries.append({"image_id": k, "image": "{}.png".format(k), "boxes": [[1, 2, 20, 25]] * (k + 1)})
+    (tmp_path / "boxes.json").write_text(json.dumps(entries))
+    common = ["--boxes", str(tmp_path / "boxes.json"), "--image-root", str(tmp_path), "--device", "cpu",
+              "--weights", str(root / "resnet18-random.pth"), "--opts", "NETWORK.IMAGE_NUM_LAYERS", "18",
+              "SCALES", "[48, 64]"]
+    script.main(common[:-5] + ["--batch-size", "1", "--out", str(tmp_path / "one")] + common[-5:])
+    script.main(common[:-5] + ["--batch-size", "8", "--out", str(tmp_path / "eight")] + common[-5:])
+    for k in range(3):
+        one = read_feature_json(str(tmp_path / "one" / "{}.json".format(k)))
+        eight = read_feature_json(str(tmp_path / "eight" / "{}.json".format(k)))
+        assert eight.features.shape == (k + 1, 512)
+        np.testing.assert_allclose(eight.features, one.features, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(eight.image_box_feature, one.image_box_feature, rtol=1e-4, atol=1e-5)

@@ -5,7 +5,9 @@ A task registers its dataset class under the ``DATASET.DATASET`` name it answers
 provides ``from_config(cfg, mode, transform)`` and ``data_names``, and its ``__getitem__``
 takes a ``SampleKey`` (``common.data.samplers.resolve_key`` turns it into the index and the
 generator its random transforms draw from); everything else here is shared
-(maskrcnn-benchmark ``data/build.py`` has the same shape).
+(maskrcnn-benchmark ``data/build.py`` has the same shape). A dataset whose model tells padding by values other
+than :data:`common.data.collate.DEFAULT_PAD_VALUES` names them in a ``pad_values`` attribute
+(``{field name: pad value}``).
 """
 import torch
 from torch.utils.data import DataLoader
@@ -80,5 +82,6 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
     # Own generator: creating an iterator then draws its worker seed from it, not from the
     # global RNG that a resumed run restores (exact mid-epoch resume).
     return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers, generator=torch.Generator(),
-                      collate_fn=BatchCollator(dataset.data_names, append_ind=cfg.DATASET.APPEND_INDEX),
+                      collate_fn=BatchCollator(dataset.data_names, pad_values=getattr(dataset, "pad_values", None),
+                                               append_ind=cfg.DATASET.APPEND_INDEX),
                       pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)

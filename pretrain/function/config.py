@@ -6,9 +6,15 @@ DATASET defaults below.
 """
 from common.config import common_defaults, task_api
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
-from vqa.function.config import DATA_KEYS
 
 NO_TRAINING = refused("pretraining is not in this release yet (no pretrain/train_end2end.py)")
+# Keys only a data set reads (no pretraining data loader yet).
+DATA_KEYS = ("DATASET.APPEND_INDEX", "DATASET.TASK", "DATASET.BASIC_ALIGN", "DATASET.DATASET_PATH",
+             "DATASET.TRAIN_IMAGE_SET", "DATASET.VAL_IMAGE_SET", "DATASET.TEST_IMAGE_SET",
+             "DATASET.TRAIN_ANNOTATION_FILE", "DATASET.VAL_ANNOTATION_FILE", "DATASET.TEST_ANNOTATION_FILE",
+             "DATASET.ONLY_USE_RELEVANT_DETS", "DATASET.ADD_IMAGE_AS_A_BOX", "DATASET.ZIP_MODE",
+             "DATASET.CACHE_MODE", "DATASET.MASK_SIZE", "DATASET.QA2R_NOQ", "DATASET.QA2R_AUG",
+             "DATASET.ANSWER_VOCAB_FILE", "NETWORK.IMAGE_FEAT_PRECOMPUTED", "TRAIN.LOSS_LOGGERS")
 
 
 def pretrain_defaults():

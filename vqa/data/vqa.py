@@ -71,6 +71,9 @@ def _exists(path):
 class VQADataset(Dataset):
     """VQA questions as tensors, in the order of ``data_names``.
 
+    Batches pad ``boxes`` with -2 (``pad_values``, the reference's VQA value): the VQA model keeps
+    rows whose first coordinate is above -1.5 (:func:`vqa.modules.resnet_vlbert_for_vqa.box_mask`).
+
     Args:
         image_set: split names joined by ``+`` (keys of ``SPLITS``: ``train2014``, ``val2014``,
             ``minival2014``, ``valminusminival2014``, ``test-dev2015``, ``test2015``).
@@ -109,6 +112,9 @@ class VQADataset(Dataset):
         VqaFileError / AnswerVocabError: malformed question, annotation or answer files, or question
             and annotation files of different splits.
     """
+
+    # Read by common.data.build.make_dataloader: -1 would pass the model's box mask (> -1.5).
+    pad_values = {"boxes": -2.0}
 
     def __init__(self, image_set, data_path, answer_vocab_file, tokenizer, transform=None, test_mode=False,
                  zip_mode=False, with_precomputed_visual_feat=True, boxes="36", add_image_as_a_box=True,
@@ -187,6 +193,11 @@ class VQADataset(Dataset):
     def question_ids(self):
         """``question_id`` of every item, in index order (for result files)."""
         return [q["question_id"] for q in self.database]
+
+    @property
+    def annotation_files(self):
+        """Annotation file of each split of the image set (None in test mode), in ``+`` order."""
+        return [f[1] for f in self.files]
 
     @property
     def data_names(self):

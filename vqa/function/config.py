@@ -1,15 +1,7 @@
 """VQA config: the shared defaults plus VQA's own keys (reference ``vqa/function/config.py``), and what
-each key does here (``KEY_STATUS``): the VQA model exists, VQA training does not yet."""
+each key does here (``KEY_STATUS``)."""
 from common.config import common_defaults, task_api
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
-
-NO_TRAINING = refused("VQA training is not in this release yet (no vqa/train_end2end.py)")
-DATA_KEYS = ("DATASET.APPEND_INDEX", "DATASET.TASK", "DATASET.BASIC_ALIGN", "DATASET.DATASET_PATH",
-             "DATASET.TRAIN_IMAGE_SET", "DATASET.VAL_IMAGE_SET", "DATASET.TEST_IMAGE_SET",
-             "DATASET.TRAIN_ANNOTATION_FILE", "DATASET.VAL_ANNOTATION_FILE", "DATASET.TEST_ANNOTATION_FILE",
-             "DATASET.ONLY_USE_RELEVANT_DETS", "DATASET.ADD_IMAGE_AS_A_BOX", "DATASET.ZIP_MODE",
-             "DATASET.CACHE_MODE", "DATASET.MASK_SIZE", "DATASET.QA2R_NOQ", "DATASET.QA2R_AUG",
-             "DATASET.ANSWER_VOCAB_FILE", "NETWORK.IMAGE_FEAT_PRECOMPUTED", "TRAIN.LOSS_LOGGERS")
 
 
 def add_answer_vocab_keys(_C):
@@ -41,31 +33,54 @@ def vqa_defaults():
 config, update_config, load_config = task_api(vqa_defaults)
 
 _NOT_IN_VQA_MODEL = "the VQA model does not read it (nor did the reference's)"
-KEY_STATUS = task_key_status(vqa_defaults(), dict(
-    {key: NO_TRAINING for key in DATA_KEYS + ("DATASET.USE_IMDB", "DATASET.BOXES")},
-    **{
-        "NETWORK.BLIND": refused(_NOT_IN_VQA_MODEL),
-        "NETWORK.NO_GROUNDING": DONE,
-        "NETWORK.FOR_MASK_VL_MODELING_PRETRAIN": refused(_NOT_IN_VQA_MODEL),
-        "NETWORK.NO_OBJ_ATTENTION": refused(_NOT_IN_VQA_MODEL),
-        "NETWORK.BERT_WITH_NSP_LOSS": warned(_NOT_IN_VQA_MODEL),
-        "NETWORK.BERT_WITH_MLM_LOSS": warned(_NOT_IN_VQA_MODEL),
-        "NETWORK.ENABLE_CNN_REG_LOSS": warned("the VQA loss has no CNN regularisation term (as in the reference)"),
-        "NETWORK.CNN_LOSS_WEIGHT": warned("the VQA loss has no CNN regularisation term (as in the reference)"),
-        "NETWORK.ANS_LOSS_WEIGHT": warned(_NOT_IN_VQA_MODEL),
-        "NETWORK.VLBERT.object_word_embed_mode": DONE,
-        "NETWORK.VLBERT.with_pooler": DONE,
-        "NETWORK.CLASSIFIER_TYPE": DONE,
-        "NETWORK.CLASSIFIER_HIDDEN_SIZE": DONE,
-        "NETWORK.CLASSIFIER_DROPOUT": DONE,
-        "NETWORK.CLASSIFIER_SIGMOID": refused("the VQA loss is chosen by NETWORK.ANS_LOSS_TYPE"),
-        "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT": refused("the VQA loss is chosen by NETWORK.ANS_LOSS_TYPE"),
-        "DATASET.ANSWER_VOCAB_SIZE": DONE,
-        "NETWORK.CLASSIFIER_PRETRAINED": refused("VQA training is not in this release yet (the classifier is "
-                                                 "initialised from the training set's answer vocabulary)"),
-        "NETWORK.ANS_LOSS_TYPE": DONE,
-        "NETWORK.REPLACE_OBJECT_CHANGE_LABEL": warned(_NOT_IN_VQA_MODEL),
-    }))
+_NOT_IN_VQA_DATA = "the VQA data set does not read it (nor did the reference's): splits are DATASET.*_IMAGE_SET"
+KEY_STATUS = task_key_status(vqa_defaults(), {
+    "DATASET.APPEND_INDEX": refused("the VQA model takes no in-batch index field"),
+    "DATASET.TASK": warned(_NOT_IN_VQA_DATA),
+    "DATASET.BASIC_ALIGN": warned(_NOT_IN_VQA_DATA),
+    "DATASET.DATASET_PATH": DONE,
+    "DATASET.TRAIN_IMAGE_SET": DONE,
+    "DATASET.VAL_IMAGE_SET": DONE,
+    "DATASET.TEST_IMAGE_SET": DONE,
+    "DATASET.TRAIN_ANNOTATION_FILE": warned(_NOT_IN_VQA_DATA),
+    "DATASET.VAL_ANNOTATION_FILE": warned(_NOT_IN_VQA_DATA),
+    "DATASET.TEST_ANNOTATION_FILE": warned(_NOT_IN_VQA_DATA),
+    "DATASET.ONLY_USE_RELEVANT_DETS": warned(_NOT_IN_VQA_DATA),
+    "DATASET.ADD_IMAGE_AS_A_BOX": DONE,
+    "DATASET.ZIP_MODE": DONE,
+    "DATASET.CACHE_MODE": refused("the reference does not implement it either; see the feature cache in "
+                                  "data/PREPARE_DATA.md"),
+    "DATASET.MASK_SIZE": warned("VQA has no segmentation masks"),
+    "DATASET.QA2R_NOQ": warned(_NOT_IN_VQA_DATA),
+    "DATASET.QA2R_AUG": warned(_NOT_IN_VQA_DATA),
+    "DATASET.ANSWER_VOCAB_FILE": DONE,
+    "DATASET.ANSWER_VOCAB_SIZE": DONE,
+    # Its default (true) selects Pythia's imdb files, which the data set refuses with an error naming the
+    # key; false (every paper config) reads the official files.
+    "DATASET.USE_IMDB": DONE,
+    "DATASET.BOXES": DONE,
+    "NETWORK.IMAGE_FEAT_PRECOMPUTED": DONE,
+    "NETWORK.BLIND": DONE,
+    "NETWORK.NO_GROUNDING": DONE,
+    "NETWORK.NO_OBJ_ATTENTION": DONE,
+    "NETWORK.FOR_MASK_VL_MODELING_PRETRAIN": refused(_NOT_IN_VQA_MODEL),
+    "NETWORK.BERT_WITH_NSP_LOSS": warned(_NOT_IN_VQA_MODEL),
+    "NETWORK.BERT_WITH_MLM_LOSS": warned(_NOT_IN_VQA_MODEL),
+    "NETWORK.ENABLE_CNN_REG_LOSS": warned("the VQA loss has no CNN regularisation term (as in the reference)"),
+    "NETWORK.CNN_LOSS_WEIGHT": warned("the VQA loss has no CNN regularisation term (as in the reference)"),
+    "NETWORK.ANS_LOSS_WEIGHT": warned(_NOT_IN_VQA_MODEL),
+    "NETWORK.VLBERT.object_word_embed_mode": DONE,
+    "NETWORK.VLBERT.with_pooler": DONE,
+    "NETWORK.CLASSIFIER_TYPE": DONE,
+    "NETWORK.CLASSIFIER_HIDDEN_SIZE": DONE,
+    "NETWORK.CLASSIFIER_DROPOUT": DONE,
+    "NETWORK.CLASSIFIER_SIGMOID": refused("the VQA loss is chosen by NETWORK.ANS_LOSS_TYPE"),
+    "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT": refused("the VQA loss is chosen by NETWORK.ANS_LOSS_TYPE"),
+    "NETWORK.CLASSIFIER_PRETRAINED": DONE,
+    "NETWORK.ANS_LOSS_TYPE": DONE,
+    "NETWORK.REPLACE_OBJECT_CHANGE_LABEL": warned(_NOT_IN_VQA_MODEL),
+    "TRAIN.LOSS_LOGGERS": DONE,
+})
 
 
 check_config = key_checker(vqa_defaults, KEY_STATUS)

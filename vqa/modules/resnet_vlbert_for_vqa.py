@@ -14,12 +14,23 @@ MLM_TRANSFORM_PREFIX = 'cls.predictions.transform.'
 ANS_LOSS_TYPES = ('bce', 'ce')
 
 
+def box_mask(boxes):
+    """Which box rows are real: ``boxes`` float [B, N, 4+] (padded rows hold -2, the VQA data's pad
+    value; real coordinates are >= 0) -> bool [B, N]."""
+    return boxes[:, :, 0] > -1.5
+
+
 class ResNetVLBERT(VLBertModule):
     """Input ``[CLS] question [SEP] [MASK] [SEP]`` + RoIs; answer logits from the [MASK] position.
 
     Batch (``vqa.data`` ``data_names``): ``image`` [B, 3, H, W]; ``boxes`` [B, N, 4] float pixels (padded
     rows -2); ``im_info`` [B, 4+]; ``question`` [B, Lq] long word ids (0 = padding); ``label`` [B, A]
     float soft scores (training only), A = ``DATASET.ANSWER_VOCAB_SIZE``.
+
+    ``NETWORK.BLIND``: no image parameters; the objects are zeros and the text attends none (the
+    question alone). ``NETWORK.NO_OBJ_ATTENTION``: the text attends no object (the image reaches the
+    text only through the whole-image box's feature added to each word). ``NETWORK.NO_GROUNDING``:
+    that feature is zero.
 
     ``train_forward(*batch) -> (outputs, loss)``, outputs: ``label_logits`` [B, A], ``label`` [B, A],
     ``ans_loss`` by ``NETWORK.ANS_LOSS_TYPE``: 'bce', binary cross-entropy with the soft scores summed over
@@ -37,9 +48,10 @@ class ResNetVLBERT(VLBertModule):
         if net.VLBERT.object_word_embed_mode != 2:
             raise ValueError("VQA needs NETWORK.VLBERT.object_word_embed_mode 2 (class-agnostic RoI embedding), "
                              "got {}".format(net.VLBERT.object_word_embed_mode))
-        self.image_feature_extractor = FastRCNN(config, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
-                                                enable_cnn_reg_loss=net.ENABLE_CNN_REG_LOSS)
-        self.object_linguistic_embeddings = object_linguistic_embedding(net.VLBERT)
+        if not net.BLIND:  # as the reference: a blind model has no image parameters
+            self.image_feature_extractor = FastRCNN(config, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
+                                                    enable_cnn_reg_loss=net.ENABLE_CNN_REG_LOSS)
+            self.object_linguistic_embeddings = object_linguistic_embedding(net.VLBERT)
         self.vlbert = VisualLinguisticBert(net.VLBERT, gradient_checkpointing=net.GRADIENT_CHECKPOINTING)
         weights = self.language_weights()
         if weights is not None:
@@ -51,8 +63,9 @@ class ResNetVLBERT(VLBertModule):
         self.apply_bert_frozen(self.vlbert)
 
     def init_weight(self):
-        self.image_feature_extractor.init_weight()
-        self.object_linguistic_embeddings.weight.data.normal_(mean=0.0, std=0.02)
+        if not self.config.NETWORK.BLIND:
+            self.image_feature_extractor.init_weight()
+            self.object_linguistic_embeddings.weight.data.normal_(mean=0.0, std=0.02)
 
     def _load_mlm_transform(self, weights):
         transform = {k[len(MLM_TRANSFORM_PREFIX):]: v for k, v in (weights or {}).items()
@@ -64,11 +77,15 @@ class ResNetVLBERT(VLBertModule):
         self.final_mlp[0].load_state_dict(transform)
 
     def _logits(self, image, boxes, im_info, question):
-        box_mask = boxes[:, :, 0] > -1.5
-        max_len = int(box_mask.sum(1).max())
-        box_mask, boxes = box_mask[:, :max_len], boxes[:, :max_len]
-        obj_reps = self.image_feature_extractor(images=image, boxes=boxes, box_mask=box_mask, im_info=im_info)
-        obj_reps = obj_reps['obj_reps']
+        net = self.config.NETWORK
+        mask = box_mask(boxes)
+        max_len = int(mask.sum(1).max())
+        mask, boxes = mask[:, :max_len], boxes[:, :max_len]
+        if net.BLIND:
+            obj_reps = boxes.new_zeros((*mask.shape, net.IMAGE_FINAL_DIM))
+        else:
+            obj_reps = self.image_feature_extractor(images=image, boxes=boxes, box_mask=mask, im_info=im_info)
+            obj_reps = obj_reps['obj_reps']
 
         question_tags = torch.zeros_like(question)
         answer = question.new_full((question.shape[0], 1), self.special_ids['[MASK]'])
@@ -76,12 +93,16 @@ class ResNetVLBERT(VLBertModule):
             question, question_tags, question > 0.5, answer, torch.zeros_like(answer),
             torch.ones_like(answer, dtype=torch.bool), self.special_ids['[CLS]'], self.special_ids['[SEP]'])
         text_visual = collect_obj_reps(text_tags, obj_reps)
-        if self.config.NETWORK.NO_GROUNDING:
+        if net.NO_GROUNDING:
             text_visual = torch.zeros_like(text_visual)
-        object_linguistic = self.object_linguistic_embeddings(box_mask.new_zeros(box_mask.shape, dtype=torch.long))
+        if net.BLIND:
+            object_linguistic = obj_reps.new_zeros((*mask.shape, net.VLBERT.hidden_size))
+        else:
+            object_linguistic = self.object_linguistic_embeddings(mask.new_zeros(mask.shape, dtype=torch.long))
         object_vl = torch.cat((obj_reps, object_linguistic.to(obj_reps.dtype)), -1)
+        attended = torch.zeros_like(mask) if (net.NO_OBJ_ATTENTION or net.BLIND) else mask
 
-        hidden, _ = self.vlbert(text_ids, text_types, text_visual, text_mask, object_vl, box_mask,
+        hidden, _ = self.vlbert(text_ids, text_types, text_visual, text_mask, object_vl, attended,
                                 output_all_encoded_layers=False)
         answer_states = hidden[torch.arange(hidden.shape[0], device=hidden.device), answer_pos]
         return self.final_mlp(answer_states)

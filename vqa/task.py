@@ -1,0 +1,83 @@
+"""The VQA task: what VQA v2 adds to the shared engine (soft accuracy, the answer classifier's
+initialisation from word embeddings, the EvalAI result JSON)."""
+import torch
+
+from common.data.tokenizer import build_tokenizer
+from common.errors import UserInputError
+from common.metrics.composite_eval_metric import CompositeEvalMetric
+from common.metrics.loss_logger import LossLogger
+from common.task import Task, register_task
+import vqa.data.vqa  # noqa: F401  (registers the 'vqa' dataset)
+from vqa.data.answers import AnswerVocab
+from vqa.function.config import check_config, vqa_defaults
+from vqa.function.metrics import SoftAccuracy
+from vqa.function.test import predict_answers, result_json_path, write_result_json
+from vqa.modules import MODELS
+
+WORD_EMBEDDINGS = "word_embeddings.weight"
+
+
+def answer_word_embeddings(model, answers, tokenizer):
+    """Mean word embedding of each answer's word pieces, from ``model``'s (first) word-embedding table.
+
+    Args:
+        answers: answer strings, in output order.
+    Returns:
+        float (len(answers), H), on the table's device.
+    """
+    table = next(p for name, p in model.named_parameters() if name.endswith(WORD_EMBEDDINGS)).detach()
+    rows = [table[tokenizer.convert_tokens_to_ids(tokenizer.tokenize(a))].mean(0) for a in answers]
+    return torch.stack(rows)
+
+
+def init_classifier_from_answers(model, cfg):
+    """NETWORK.CLASSIFIER_PRETRAINED: the classifier's last layer gets, per answer, the mean word
+    embedding of its word pieces (the reference's rule, applied after the partial pretrain is loaded).
+
+    Raises:
+        UserInputError: the last layer's input is not the word-embedding width (CLASSIFIER_TYPE '2fc'
+            with CLASSIFIER_HIDDEN_SIZE != hidden size).
+    """
+    vocab = AnswerVocab.from_file(cfg.DATASET.ANSWER_VOCAB_FILE)
+    weight = answer_word_embeddings(model, vocab.answers, build_tokenizer(cfg.NETWORK.BERT_MODEL_NAME))
+    last = model.final_mlp[-1]
+    if tuple(last.weight.shape) != tuple(weight.shape):
+        raise UserInputError("NETWORK.CLASSIFIER_PRETRAINED: the classifier's last layer is {} but the answers' "
+                             "word embeddings are {}; use CLASSIFIER_TYPE 'mlm' or '1fc'".format(
+                                 tuple(last.weight.shape), tuple(weight.shape)))
+    with torch.no_grad():
+        last.weight.copy_(weight)
+
+
+class VQATask(Task):
+    """VQA v2: classify the answer over DATASET.ANSWER_VOCAB_FILE from the output at [MASK]."""
+    name = "vqa"
+    models = MODELS
+    host_metric_name = "SoftAcc"
+
+    def defaults(self):
+        return vqa_defaults()
+
+    def build_metrics(self, cfg, for_training):
+        """Soft accuracy 'SoftAcc', plus the TRAIN.LOSS_LOGGERS losses while training."""
+        metrics = CompositeEvalMetric([SoftAccuracy()])
+        if for_training:
+            for output_name, display_name in cfg.TRAIN.LOSS_LOGGERS:
+                metrics.add(LossLogger(output_name, display_name))
+        return metrics
+
+    def check_config(self, cfg, source="config"):
+        check_config(cfg, source)
+
+    def init_after_pretrain(self, cfg, model):
+        if cfg.NETWORK.CLASSIFIER_PRETRAINED:
+            init_classifier_from_answers(model, cfg)
+
+    def write_results(self, cfg, model, loader, save_path, save_name, autocast):
+        """``{save_path}/{save_name}_vqa2_{TEST_IMAGE_SET}.json``: ``[{"question_id": int, "answer": str}]``
+        with every question of the split once, gathered over the ranks (written by rank 0)."""
+        results = predict_answers(model, loader, autocast)
+        return write_result_json(results, result_json_path(save_path, save_name, cfg.DATASET.TEST_IMAGE_SET))
+
+
+TASK = register_task(VQATask())
