@@ -136,17 +136,18 @@ def tensorboard_scalars(model_dir):
     return points
 
 
-def train_in_process(model_dir, opts, extra_args=()):
-    """``python vcr/train_end2end.py --cfg CFG --model-dir model_dir [extra_args] --opts ...`` run in this
-    process (its ``__main__`` through runpy: no interpreter start-up), on one thread. Returns the exit code."""
-    argv = [ENTRY, "--cfg", CFG, "--model-dir", str(model_dir)] + list(extra_args) + ["--opts"] + list(opts)
+def train_in_process(model_dir, opts, extra_args=(), entry=ENTRY, cfg=CFG):
+    """``python vcr/train_end2end.py --cfg CFG --model-dir model_dir [extra_args] --opts ...`` (or another
+    ``entry`` script and ``cfg`` file) run in this process (its ``__main__`` through runpy: no interpreter
+    start-up), on one thread. Returns the exit code."""
+    argv = [entry, "--cfg", cfg, "--model-dir", str(model_dir)] + list(extra_args) + ["--opts"] + list(opts)
     torch.set_num_threads(1)  # as the launched runs (OMP_NUM_THREADS=1): the same arithmetic, no oversubscription
     saved = sys.argv
     sys.argv = argv
-    if os.path.dirname(ENTRY) not in sys.path:
-        sys.path.insert(0, os.path.dirname(ENTRY))  # for its `import _init_paths`
+    if os.path.dirname(entry) not in sys.path:
+        sys.path.insert(0, os.path.dirname(entry))  # for its `import _init_paths`
     try:
-        runpy.run_path(ENTRY, run_name="__main__")
+        runpy.run_path(entry, run_name="__main__")
         return 0
     except SystemExit as e:
         return e.code
