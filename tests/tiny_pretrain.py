@@ -44,8 +44,7 @@ def cfg_path(name):
 
 def datasets(name, inputs):
     """The DATASET list (or mapping) of the shipped config ``name`` with the demo data's paths."""
-    with open(cfg_path(name)) as f:
-        entries = yaml.safe_load(f)["DATASET"]
+    entries = shipped(name, "DATASET")
     single = isinstance(entries, dict)
     out = []
     for entry in [entries] if single else entries:
@@ -64,8 +63,7 @@ def opts(name, inputs, *dicts, **changes):
     """``--opts`` list of a tiny run of the shipped config ``name`` (``TRAIN__LR=0`` is ``TRAIN.LR 0``)."""
     data = datasets(name, inputs)
     per_set = 2 if isinstance(data, dict) else [2] * len(data)
-    with open(cfg_path(name)) as f:
-        precomputed = yaml.safe_load(f)["NETWORK"]["IMAGE_FEAT_PRECOMPUTED"]
+    precomputed = shipped(name, "NETWORK")["IMAGE_FEAT_PRECOMPUTED"]
     values = {
         "DATASET": data, "SCALES": [32, 48], "NUM_WORKERS_PER_GPU": 0, "LOG_FREQUENT": 1,
         "NETWORK.BERT_MODEL_NAME": inputs.bert, "NETWORK.IMAGE_NUM_LAYERS": 18,
@@ -87,14 +85,19 @@ def opts(name, inputs, *dicts, **changes):
     return out
 
 
+def shipped(name, key):
+    """Value of the top-level ``key`` in the shipped config ``name``."""
+    with open(cfg_path(name)) as f:
+        return yaml.safe_load(f)[key]
+
+
 def output_folder(model_dir, name):
-    """The run's output folder (OUTPUT_PATH of the shipped pretrain configs, TRAIN_IMAGE_SET 'train')."""
-    return os.path.join(str(model_dir), "output", "pretrain", "vlbert", name[:-5], "train_train")
+    """The run's output folder (the config's OUTPUT_PATH under ``model_dir``; TRAIN_IMAGE_SET 'train')."""
+    return os.path.join(str(model_dir), shipped(name, "OUTPUT_PATH"), name[:-5], "train_train")
 
 
 def checkpoint_path(model_dir, name, epoch):
-    with open(cfg_path(name)) as f:
-        prefix = yaml.safe_load(f)["MODEL_PREFIX"]
+    prefix = shipped(name, "MODEL_PREFIX")
     return os.path.join(output_folder(model_dir, name), "{}-{:04d}.model".format(prefix, epoch))
 
 

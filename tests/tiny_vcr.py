@@ -101,14 +101,23 @@ def checkpoint(model_dir, epoch):
 
 def log_text(model_dir):
     """Text of the run's log file(s) in the output folder (one per start)."""
-    folder = output_folder(model_dir)
+    return log_text_in(output_folder(model_dir))
+
+
+def log_text_in(folder):
+    """Text of the log file(s) in the output folder ``folder`` (one per start)."""
     names = sorted(n for n in os.listdir(folder) if n.endswith(".log"))
     assert names, "no .log file in {}".format(folder)
     return "".join(open(os.path.join(folder, n)).read() for n in names)
 
 
 def tensorboard_scalars(model_dir):
-    """``{tag: [(step, value), ...]}`` as TensorBoard shows a run's scalars.
+    """``{tag: [(step, value), ...]}`` as TensorBoard shows a run's scalars (:func:`tensorboard_scalars_in`)."""
+    return tensorboard_scalars_in(output_folder(model_dir))
+
+
+def tensorboard_scalars_in(output):
+    """``{tag: [(step, value), ...]}`` as TensorBoard shows the scalars of the run in the output folder ``output``.
 
     The event files (tensorboardX's TFRecord framing: length, its CRC, an ``Event`` proto, its
     CRC) are read in name (= creation) order; a ``SessionLog.START`` event at step P, which a
@@ -117,7 +126,7 @@ def tensorboard_scalars(model_dir):
     """
     from tensorboardX.proto.event_pb2 import Event, SessionLog
 
-    folder = os.path.join(output_folder(model_dir), "tensorboard_logs")
+    folder = os.path.join(output, "tensorboard_logs")
     points = {}
     for name in sorted(n for n in os.listdir(folder) if ".tfevents." in n):
         with open(os.path.join(folder, name), "rb") as f:
