@@ -60,6 +60,8 @@ KEY_STATUS = task_key_status(pretrain_defaults(), dict(
                                              "DATASET.MASK_SIZE", "DATASET.QA2R_NOQ", "DATASET.QA2R_AUG",
                                              "DATASET.ANSWER_VOCAB_FILE", "DATASET.ANSWER_VOCAB_SIZE")},
     **{
+        "DATASET.LABEL_INDEX_IN_BATCH": warned("pretraining batches carry their labels into the model (the "
+                                               "reference's pretraining ignored it too)"),
         "DATASET.CACHE_MODE": refused("the caption data sets read each file when a sample needs it (the reference "
                                       "refused CACHE_MODE too)"),
         "NETWORK.IMAGE_FEAT_PRECOMPUTED": DONE,
