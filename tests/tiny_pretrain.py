@@ -23,7 +23,8 @@ ROOT = tiny_vcr.ROOT
 ENTRY = os.path.join(ROOT, "pretrain", "train_end2end.py")
 CFG_DIR = os.path.join(ROOT, "cfgs", "pretrain")
 # The training configs (vis_attention_maps_coco.yaml is for the attention-map script, not training).
-CONFIGS = ("base_prec_4x16G_fp32.yaml", "base_prec_withouttextonly_4x16G_fp32.yaml", "base_e2e_16x16G_fp16.yaml",
+CONFIGS = ("demo_e2e_cpu.yaml", "base_prec_4x16G_fp32.yaml", "base_prec_withouttextonly_4x16G_fp32.yaml",
+           "base_e2e_16x16G_fp16.yaml",
            "large_prec_4x16G_fp16.yaml", "large_e2e_16x16G_fp16.yaml")
 HIDDEN = tiny_vcr.HIDDEN
 TRAIN_CAPTIONS = 11 + 4  # photographs + generated scenes
