@@ -108,7 +108,8 @@ def train(model_dir, name, run_opts, extra_args=()):
 
 
 def _vocabulary(captions, corpus):
-    """BERT's special tokens, then every lower-cased word of the captions (all splits) and the corpus."""
+    """BERT's special tokens, reserved ``[unused*]`` ids up to 999, then every lower-cased word of the captions
+    (all splits) and the corpus."""
     from pytorch_pretrained_bert.tokenization import BasicTokenizer
 
     basic = BasicTokenizer(do_lower_case=True)
@@ -119,7 +120,10 @@ def _vocabulary(captions, corpus):
                 words.update(basic.tokenize(" ".join(json.loads(line)["caption"])))
     with open(corpus) as f:
         words.update(basic.tokenize(f.read()))
-    return tiny_vcr.SPECIAL_TOKENS + sorted(words - set(tiny_vcr.SPECIAL_TOKENS))
+    specials = tiny_vcr.SPECIAL_TOKENS
+    # words from id 1000 on, as in BERT's vocab: word_embedding_frozen keeps ids < 1000 trainable
+    reserved = ["[unused{}]".format(i) for i in range(1000 - len(specials))]
+    return specials + reserved + sorted(words - set(specials))
 
 
 def make_inputs(root, train_scenes=4, val_scenes=2):
