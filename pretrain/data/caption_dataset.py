@@ -38,7 +38,9 @@ class ConceptualCaptionsDataset(Dataset):
             draws nothing (label 1 / all-ignore labels / all-zero ops).
         add_image_as_a_box (bool): region 0 is the whole image (never masked; with precomputed
             features its feature is the mean of the regions that are not replaced).
-        transform: ``common.data.transforms`` pipeline for the image (unused when precomputed).
+        transform: ``common.data.transforms`` pipeline for the image, boxes and caption (a flip also swaps
+            left/right in the caption). Unused when precomputed: boxes stay in the detector's pixels (the
+            reference resized and flipped them there, without flipping the features).
         skips (SkipCounter): counts unreadable images; such a sample takes the next readable one's
             image, detections and caption.
 
