@@ -22,6 +22,7 @@ from common import distributed as cdist
 from common.checkpoint import load_checkpoint_file, load_model_state_dict, load_partial_pretrain, resume_training
 from common.cli import config_from_args, setup_output, train_argument_parser, train_output_folder
 from common.data.build import make_dataloader
+from common.data.multitask import MultiTaskDataLoader, dataset_configs
 from common.hooks.checkpoint import checkpoint_hooks
 from common.hooks.lr_scheduler import LRSchedulerHook
 from common.hooks.speedometer import Speedometer
@@ -30,7 +31,7 @@ from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
 from common.lr_scheduler import build_lr_scheduler, updates_per_epoch
 from common.modeling.module import held_random_init_warnings, warn_random_init
-from common.optim import build_optimizer
+from common.optim import build_optimizer, images_per_step
 from common.trainer import Trainer, to_device
 
 # Apex's floor for the dynamic loss scale in the reference's amp.initialize call.
@@ -42,8 +43,9 @@ def check_inputs(cfg):
     this machine lacks, with the documents that say how to get them (before anything is written)."""
     datasets = cfg.DATASET if isinstance(cfg.DATASET, list) else [cfg.DATASET]
     net = cfg.NETWORK
+    # An entry of a DATASET list may name no folder (a text corpus names its files); its reader checks them.
     missing = ["DATASET.DATASET_PATH: data folder '{}'".format(d.DATASET_PATH)
-               for d in datasets if not os.path.isdir(d.DATASET_PATH)]
+               for d in datasets if not os.path.isdir(d.DATASET_PATH) and (d.DATASET_PATH or len(datasets) == 1)]
     if net.BERT_MODEL_NAME and not os.path.isdir(net.BERT_MODEL_NAME):
         missing.append("NETWORK.BERT_MODEL_NAME: BERT folder '{}'".format(net.BERT_MODEL_NAME))
     image_weights = "{}-{:04d}.model".format(net.IMAGE_PRETRAINED, net.IMAGE_PRETRAINED_EPOCH)
@@ -90,7 +92,10 @@ def build_model(task, cfg, device=None):
 
 
 def build_loader(task, cfg, mode, world_size=1, rank=0):
-    """DataLoader of ``mode`` over the task's dataset (see :func:`common.data.build.make_dataloader`)."""
+    """DataLoader of ``mode`` over the task's dataset (see :func:`common.data.build.make_dataloader`); with a
+    ``DATASET`` list, a :class:`common.data.multitask.MultiTaskDataLoader` over one loader per entry."""
+    if isinstance(cfg.DATASET, list):
+        return MultiTaskDataLoader([build_loader(task, sub, mode, world_size, rank) for sub in dataset_configs(cfg)])
     return make_dataloader(cfg, mode, world_size, rank, dataset=task.build_dataset(cfg, mode))
 
 
@@ -126,7 +131,8 @@ def run_validation(net, val_loader, metrics, label_index_in_batch):
 
     Args:
         metrics: ``reset()`` first, then ``update(outputs)`` per batch (outputs hold ``label``).
-        label_index_in_batch: index of the label in the batch tuple (DATASET.LABEL_INDEX_IN_BATCH).
+        label_index_in_batch: index of the label in the batch tuple (DATASET.LABEL_INDEX_IN_BATCH); None:
+            the batch has no separate label (the model returns its labels in ``outputs``).
     """
     if isinstance(net, torch.nn.parallel.DistributedDataParallel):
         net = net.module  # no DDP forward: ranks may hold different numbers of val batches
@@ -136,9 +142,12 @@ def run_validation(net, val_loader, metrics, label_index_in_batch):
     device = next(net.parameters()).device
     for batch in val_loader:
         batch = to_device(list(batch), device)
-        label = batch.pop(label_index_in_batch)
+        label = None if label_index_in_batch is None else batch.pop(label_index_in_batch)
         outputs = net(*batch)
-        outputs["label"] = label
+        if isinstance(outputs, tuple):  # a model that returns (outputs, loss) in eval mode too
+            outputs = outputs[0]
+        if label is not None:
+            outputs["label"] = label
         metrics.update(outputs)
     net.train(was_training)
 
@@ -173,8 +182,8 @@ def train_net(args, cfg, task):
     autocast, scaler = build_precision(cfg, device)
     lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader))
     validation = ValidationMonitor(run_validation, val_loader,
-                                   task.build_metrics(cfg, False), host_metric_name=task.host_metric_name,
-                                   label_index_in_batch=cfg.DATASET.LABEL_INDEX_IN_BATCH,
+                                   task.build_metrics(cfg, False), host_metric_name=task.host_metric(cfg),
+                                   label_index_in_batch=task.label_index_in_batch(cfg),
                                    val_frequent=cfg.VAL_FREQUENT)
 
     prefix = os.path.join(folder, cfg.MODEL_PREFIX)
@@ -203,8 +212,8 @@ def train_net(args, cfg, task):
         purge_step = None if state is None else state["epoch"] * len(train_loader) + state["epoch_batch"]
         writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"), purge_step=purge_step)
     hooks = [validation, LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT, world_size),
-             Speedometer(world_size * train_cfg.BATCH_IMAGES, cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
-                         epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
+             Speedometer(images_per_step(cfg, world_size) // train_cfg.GRAD_ACCUMULATE_STEPS, cfg.LOG_FREQUENT,
+                         batches_per_epoch=len(train_loader), epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
     hooks += checkpoint_hooks(prefix, cfg, validation)
     hooks.append(RunSummary())
     trainer = Trainer(net, optimizer, train_loader, scaler=scaler, autocast=autocast, hooks=hooks,
@@ -219,7 +228,7 @@ def train_net(args, cfg, task):
         if writer is not None:
             writer.close()
         cdist.cleanup()
-    logger.info("training done; best %s %.4f at epoch %d", task.host_metric_name, validation.best_val,
+    logger.info("training done; best %s %.4f at epoch %d", task.host_metric(cfg), validation.best_val,
                 validation.best_epoch)
     return rank, model
 

@@ -70,6 +70,18 @@ class Task:
         """
         return self.models.build(cfg)
 
+    def host_metric(self, cfg):
+        """Name of the validation metric that picks the best epoch (higher is better); default
+        ``host_metric_name``."""
+        return self.host_metric_name
+
+    def label_index_in_batch(self, cfg):
+        """Position of the label in a validation batch (taken out and put into the outputs as ``label``);
+        None: none, the model returns its labels. Default: ``DATASET.LABEL_INDEX_IN_BATCH`` (of the first
+        entry of a ``DATASET`` list)."""
+        dataset = cfg.DATASET[0] if isinstance(cfg.DATASET, list) else cfg.DATASET
+        return dataset.LABEL_INDEX_IN_BATCH
+
     def build_metrics(self, cfg, for_training):
         """Metric object with ``reset()``, ``update(outputs)`` and ``get_name_value()``; while
         training it also reads the losses named by ``TRAIN.LOSS_LOGGERS``."""

@@ -47,3 +47,10 @@ def tiny_init(tmp_path_factory, tiny_vcr):
     assert code == 0
     return model_dir, batches
 
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrain(tmp_path_factory):
+    """Inputs of the tiny pretraining runs (:mod:`tests.tiny_pretrain`), made once per session."""
+    from tests.tiny_pretrain import make_inputs
+    return make_inputs(tmp_path_factory.mktemp("tiny_pretrain"))

@@ -9,6 +9,7 @@ The real entry point runs unchanged in this process (through runpy); environment
                              lived on would have flushed them (tensorboardX flushes every 120 s)
     FAULT_KILL_IN_SAVE=n     SIGKILL this process while it writes its n-th checkpoint file
     FAULT_FAIL_RANK=r        raise RuntimeError on rank r at its first micro-batch
+    FAULT_ENTRY=path         run this entry point instead (pretrain/train_end2end.py)
 """
 import os
 import runpy
@@ -16,7 +17,7 @@ import signal
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENTRY = os.path.join(ROOT, "vcr", "train_end2end.py")
+ENTRY = os.environ.get("FAULT_ENTRY", os.path.join(ROOT, "vcr", "train_end2end.py"))
 
 
 def _fault_hook():

@@ -101,14 +101,23 @@ def checkpoint(model_dir, epoch):
 
 def log_text(model_dir):
     """Text of the run's log file(s) in the output folder (one per start)."""
-    folder = output_folder(model_dir)
+    return log_text_in(output_folder(model_dir))
+
+
+def log_text_in(folder):
+    """Text of the log file(s) in the output folder ``folder`` (one per start)."""
     names = sorted(n for n in os.listdir(folder) if n.endswith(".log"))
     assert names, "no .log file in {}".format(folder)
     return "".join(open(os.path.join(folder, n)).read() for n in names)
 
 
 def tensorboard_scalars(model_dir):
-    """``{tag: [(step, value), ...]}`` as TensorBoard shows a run's scalars.
+    """``{tag: [(step, value), ...]}`` as TensorBoard shows a run's scalars (:func:`tensorboard_scalars_in`)."""
+    return tensorboard_scalars_in(output_folder(model_dir))
+
+
+def tensorboard_scalars_in(output):
+    """``{tag: [(step, value), ...]}`` as TensorBoard shows the scalars of the run in the output folder ``output``.
 
     The event files (tensorboardX's TFRecord framing: length, its CRC, an ``Event`` proto, its
     CRC) are read in name (= creation) order; a ``SessionLog.START`` event at step P, which a
@@ -117,7 +126,7 @@ def tensorboard_scalars(model_dir):
     """
     from tensorboardX.proto.event_pb2 import Event, SessionLog
 
-    folder = os.path.join(output_folder(model_dir), "tensorboard_logs")
+    folder = os.path.join(output, "tensorboard_logs")
     points = {}
     for name in sorted(n for n in os.listdir(folder) if ".tfevents." in n):
         with open(os.path.join(folder, name), "rb") as f:
@@ -136,17 +145,18 @@ def tensorboard_scalars(model_dir):
     return points
 
 
-def train_in_process(model_dir, opts, extra_args=()):
-    """``python vcr/train_end2end.py --cfg CFG --model-dir model_dir [extra_args] --opts ...`` run in this
-    process (its ``__main__`` through runpy: no interpreter start-up), on one thread. Returns the exit code."""
-    argv = [ENTRY, "--cfg", CFG, "--model-dir", str(model_dir)] + list(extra_args) + ["--opts"] + list(opts)
+def train_in_process(model_dir, opts, extra_args=(), entry=ENTRY, cfg=CFG):
+    """``python vcr/train_end2end.py --cfg CFG --model-dir model_dir [extra_args] --opts ...`` (or another
+    ``entry`` script and ``cfg`` file) run in this process (its ``__main__`` through runpy: no interpreter
+    start-up), on one thread. Returns the exit code."""
+    argv = [entry, "--cfg", cfg, "--model-dir", str(model_dir)] + list(extra_args) + ["--opts"] + list(opts)
     torch.set_num_threads(1)  # as the launched runs (OMP_NUM_THREADS=1): the same arithmetic, no oversubscription
     saved = sys.argv
     sys.argv = argv
-    if os.path.dirname(ENTRY) not in sys.path:
-        sys.path.insert(0, os.path.dirname(ENTRY))  # for its `import _init_paths`
+    if os.path.dirname(entry) not in sys.path:
+        sys.path.insert(0, os.path.dirname(entry))  # for its `import _init_paths`
     try:
-        runpy.run_path(ENTRY, run_name="__main__")
+        runpy.run_path(entry, run_name="__main__")
         return 0
     except SystemExit as e:
         return e.code

@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import Dataset
 
 from common.data.samplers import resolve_key
+from common.data.tokenizer import build_tokenizer
 from common.errors import UserInputError
 
 from .masking import WholeWordMasker
@@ -86,6 +87,14 @@ class GeneralCorpus(Dataset):
         self.seq_len = seq_len
         self.min_seq_len = min_seq_len
         self.masker = WholeWordMasker(tokenizer, word_prob=0.15 if with_mlm else 0.0)
+
+    @classmethod
+    def from_config(cls, cfg, mode, transform=None):
+        """Corpus of split ``mode`` from ``DATASET.{MODE}_ANNOTATION_FILE``, ``SEQ_LEN``, ``MIN_SEQ_LEN``,
+        ``NETWORK.WITH_MLM_LOSS`` and the vocab of ``NETWORK.BERT_MODEL_NAME`` (``transform`` unused: no image)."""
+        d = cfg.DATASET
+        return cls(d["{}_ANNOTATION_FILE".format(mode.upper())], build_tokenizer(cfg.NETWORK.BERT_MODEL_NAME),
+                   seq_len=d.SEQ_LEN, min_seq_len=d.MIN_SEQ_LEN, with_mlm=cfg.NETWORK.WITH_MLM_LOSS)
 
     def __len__(self):
         return len(self.passages)

@@ -1,20 +1,11 @@
 """Pretraining config: the shared defaults plus pretraining keys (reference ``pretrain/function/config.py``),
-and what each key does here (``KEY_STATUS``): the pretraining models exist, pretraining itself not yet.
+and what each key does here (``KEY_STATUS``).
 
 ``DATASET`` may be a list of mappings in YAML (one per data set); each entry is completed with the
 DATASET defaults below.
 """
 from common.config import common_defaults, task_api
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
-
-NO_TRAINING = refused("pretraining is not in this release yet (no pretrain/train_end2end.py)")
-# Keys only a data set reads (no pretraining data loader yet).
-DATA_KEYS = ("DATASET.APPEND_INDEX", "DATASET.TASK", "DATASET.BASIC_ALIGN", "DATASET.DATASET_PATH",
-             "DATASET.TRAIN_IMAGE_SET", "DATASET.VAL_IMAGE_SET", "DATASET.TEST_IMAGE_SET",
-             "DATASET.TRAIN_ANNOTATION_FILE", "DATASET.VAL_ANNOTATION_FILE", "DATASET.TEST_ANNOTATION_FILE",
-             "DATASET.ONLY_USE_RELEVANT_DETS", "DATASET.ADD_IMAGE_AS_A_BOX", "DATASET.ZIP_MODE",
-             "DATASET.CACHE_MODE", "DATASET.MASK_SIZE", "DATASET.QA2R_NOQ", "DATASET.QA2R_AUG",
-             "DATASET.ANSWER_VOCAB_FILE", "NETWORK.IMAGE_FEAT_PRECOMPUTED", "TRAIN.LOSS_LOGGERS")
 
 
 def pretrain_defaults():
@@ -25,6 +16,9 @@ def pretrain_defaults():
     # Text-only corpus: tokens per sequence and shortest sequence kept.
     _C.DATASET.SEQ_LEN = 64
     _C.DATASET.MIN_SEQ_LEN = 0
+    # (new) Share of unreadable images (missing, truncated, undecodable) a caption data set may skip
+    # before the run stops, in [0, 1]; 0 makes the first one an error.
+    _C.DATASET.MAX_SKIPPED_SHARE = 0.01
 
     # Train BERT from random init instead of BERT_MODEL_NAME.
     _C.NETWORK.VLBERT.from_scratch = False
@@ -54,10 +48,22 @@ def pretrain_defaults():
 config, update_config, load_config = task_api(pretrain_defaults)
 
 _NOT_IN_MODEL = "the pretraining models do not read it (nor did the reference's)"
+_NOT_IN_DATA = "the pretraining data sets do not read it (nor did the reference's)"
 _NO_CLASSIFIER = "pretraining has no answer classifier; " + _NOT_IN_MODEL
 KEY_STATUS = task_key_status(pretrain_defaults(), dict(
-    {key: NO_TRAINING for key in DATA_KEYS + ("DATASET.ANSWER_VOCAB_SIZE", "DATASET.SEQ_LEN", "DATASET.MIN_SEQ_LEN")},
+    {key: DONE for key in ("DATASET.DATASET_PATH", "DATASET.TRAIN_IMAGE_SET", "DATASET.VAL_IMAGE_SET",
+                           "DATASET.TEST_IMAGE_SET", "DATASET.TRAIN_ANNOTATION_FILE", "DATASET.VAL_ANNOTATION_FILE",
+                           "DATASET.TEST_ANNOTATION_FILE", "DATASET.ADD_IMAGE_AS_A_BOX", "DATASET.ZIP_MODE",
+                           "DATASET.APPEND_INDEX", "DATASET.SEQ_LEN", "DATASET.MIN_SEQ_LEN",
+                           "DATASET.MAX_SKIPPED_SHARE", "TRAIN.LOSS_LOGGERS")},
+    **{key: warned(_NOT_IN_DATA) for key in ("DATASET.TASK", "DATASET.BASIC_ALIGN", "DATASET.ONLY_USE_RELEVANT_DETS",
+                                             "DATASET.MASK_SIZE", "DATASET.QA2R_NOQ", "DATASET.QA2R_AUG",
+                                             "DATASET.ANSWER_VOCAB_FILE", "DATASET.ANSWER_VOCAB_SIZE")},
     **{
+        "DATASET.LABEL_INDEX_IN_BATCH": warned("pretraining batches carry their labels into the model (the "
+                                               "reference's pretraining ignored it too)"),
+        "DATASET.CACHE_MODE": refused("the caption data sets read each file when a sample needs it (the reference "
+                                      "refused CACHE_MODE too)"),
         "NETWORK.IMAGE_FEAT_PRECOMPUTED": DONE,
         "NETWORK.BLIND": refused(_NOT_IN_MODEL),
         "NETWORK.NO_GROUNDING": refused(_NOT_IN_MODEL),

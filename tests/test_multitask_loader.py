@@ -1,0 +1,96 @@
+"""The multi-task loader (common/data/multitask.py): epoch length, each loader's own epoch, exact resume,
+and the per-data-set configs of a DATASET list."""
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from common.data.multitask import MultiTaskConfigError, MultiTaskDataLoader, dataset_configs
+from common.data.samplers import make_batch_sampler, resolve_key
+from pretrain.function.config import load_config
+from tests.tiny_pretrain import cfg_path
+
+
+class Keys(Dataset):
+    """Item = (index, epoch of its key, a draw from the key's generator): what a sample's randomness sees."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, key):
+        index, generator = resolve_key(key)
+        return torch.tensor([index, key.epoch, int(torch.randint(1000, (), generator=generator))])
+
+
+def loader(size, batch, seed=3):
+    dataset = Keys(size)
+    sampler = make_batch_sampler(dataset, batch, True, shuffle=True, seed=seed, sample_keys=True)
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=lambda items: (torch.stack(items),))
+
+
+def multitask():
+    # first: 7 samples / 2 = 4 batches per epoch; second: 5 / 2 = 3 batches (wraps inside an epoch);
+    # third: 3 / 3 = 1 batch (a new epoch of its own every step)
+    return MultiTaskDataLoader([loader(7, 2), loader(5, 2), loader(3, 3)])
+
+
+def run(mt, epochs, start=(0, 0)):
+    """{(epoch, batch): batch tuple as lists} from ``start`` on, as the trainer drives it."""
+    out = {}
+    for epoch in range(start[0], epochs):
+        mt.batch_sampler.set_epoch(epoch)
+        first = start[1] if epoch == start[0] else 0
+        if first:
+            mt.batch_sampler.skip(first)
+        for b, batch in enumerate(mt, first):
+            out[(epoch, b)] = [t.tolist() for t in batch]
+    return out
+
+
+def test_epoch_is_the_first_loaders_and_the_others_cycle_with_their_own_epochs():
+    mt = multitask()
+    assert len(mt) == 4
+    got = run(mt, 3)
+    assert sorted(got) == [(e, b) for e in range(3) for b in range(4)]
+    for (epoch, b), (first, second, third) in got.items():
+        step = epoch * 4 + b
+        assert {row[1] for row in first} == {epoch}
+        assert {row[1] for row in second} == {step // 3}  # 3 batches per epoch of the second loader
+        assert {row[1] for row in third} == {step}
+    # each epoch of the second loader covers its 5 samples once, shuffled by its own epoch
+    for e2 in range(4):
+        rows = [row[0] for (e, b), batch in got.items() if (e * 4 + b) // 3 == e2 for row in batch[1]]
+        assert sorted(rows) == [0, 1, 2, 3, 4]
+    orders = {tuple(r[0] for (e, b), batch in got.items() if (e * 4 + b) // 3 == e2 for r in batch[1])
+              for e2 in range(4)}
+    assert len(orders) > 1
+
+
+@pytest.mark.parametrize("start", [(0, 1), (1, 0), (1, 3), (2, 2)])
+def test_resume_at_any_batch_gives_the_uninterrupted_batches(start):
+    full = run(multitask(), 3)
+    resumed = run(multitask(), 3, start)
+    assert resumed == {k: v for k, v in full.items() if k >= start}
+
+
+def test_positions_and_errors():
+    mt = multitask()
+    assert mt.positions(2, 1) == [(2, 1), (3, 0), (9, 0)]
+    with pytest.raises(ValueError, match="at least one"):
+        MultiTaskDataLoader([])
+    with pytest.raises(ValueError, match="negative"):
+        mt.batch_sampler.skip(-1)
+
+
+def test_dataset_configs_split_the_lists():
+    cfg = load_config(cfg_path("base_prec_4x16G_fp32.yaml"), ["TRAIN.BATCH_IMAGES", "[3, 5]", "VAL.BATCH_IMAGES", 4])
+    first, second = dataset_configs(cfg)
+    assert (first.DATASET.DATASET, second.DATASET.DATASET) == ("conceptual_captions", "general_corpus")
+    assert (first.TRAIN.BATCH_IMAGES, second.TRAIN.BATCH_IMAGES) == (3, 5)
+    assert (first.VAL.BATCH_IMAGES, second.VAL.BATCH_IMAGES) == (4, 4)
+    assert second.DATASET.SEQ_LEN == 64 and second.DATASET.MIN_SEQ_LEN == 64 and first.is_frozen()
+    bad = load_config(cfg_path("base_prec_4x16G_fp32.yaml"), ["TRAIN.BATCH_IMAGES", "[3, 5, 7]"])
+    with pytest.raises(MultiTaskConfigError, match=r"my.yaml: TRAIN.BATCH_IMAGES has 3 entries for 2 DATASET"):
+        dataset_configs(bad, "my.yaml")
