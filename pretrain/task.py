@@ -4,7 +4,7 @@ Conceptual Captions (MLM with visual clues, masked RoI classification, caption-i
 with a ``DATASET`` list, a text corpus for text-only MLM; the engine builds one loader per entry.
 """
 from common.metrics.composite_eval_metric import CompositeEvalMetric
-from common.metrics.loss_logger import LossLogger
+from common.metrics.loss_logger import loss_loggers
 from common.task import Task, register_task
 import pretrain.data  # noqa: F401  (registers 'conceptual_captions' and 'general_corpus')
 from pretrain.function.config import check_config, pretrain_defaults
@@ -44,12 +44,11 @@ class PretrainTask(Task):
                 metrics.add(metric)
         if net.WITH_MVRC_LOSS:
             metrics.add(MVRCAccuracy())
-        for output_name, display_name in cfg.TRAIN.LOSS_LOGGERS:
-            metrics.add(LossLogger(output_name, display_name))
+        for metric in loss_loggers(cfg.TRAIN.LOSS_LOGGERS):
+            metrics.add(metric)
         return metrics
 
-    def check_config(self, cfg, source="config"):
-        check_config(cfg, source)
+    check_config = staticmethod(check_config)
 
 
 TASK = register_task(PretrainTask())

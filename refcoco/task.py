@@ -2,7 +2,7 @@
 import os
 
 from common.metrics.composite_eval_metric import CompositeEvalMetric
-from common.metrics.loss_logger import LossLogger
+from common.metrics.loss_logger import loss_loggers
 from common.task import Task, register_task
 import refcoco.data  # noqa: F401  (registers the 'refcoco+' dataset)
 from refcoco.data.refcoco import DATASET_NAME, split_referred_boxes
@@ -29,12 +29,11 @@ class RefCOCOTask(Task):
             return CompositeEvalMetric([RefAccuracy(split_referred_boxes(cfg.DATASET.DATASET_PATH,
                                                                          cfg.DATASET.VAL_IMAGE_SET))])
         metrics = CompositeEvalMetric([ChosenBoxPositive("RefAcc")])
-        for output_name, display_name in cfg.TRAIN.LOSS_LOGGERS:
-            metrics.add(LossLogger(output_name, display_name))
+        for metric in loss_loggers(cfg.TRAIN.LOSS_LOGGERS):
+            metrics.add(metric)
         return metrics
 
-    def check_config(self, cfg, source="config"):
-        check_config(cfg, source)
+    check_config = staticmethod(check_config)
 
     def write_results(self, cfg, model, loader, save_path, save_name, autocast):
         """``{save_path}/{save_name}_refcoco+_{TEST_IMAGE_SET}.json`` (the reference's name and rows, see

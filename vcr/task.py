@@ -3,7 +3,7 @@ import functools
 import os
 
 from common.metrics.composite_eval_metric import CompositeEvalMetric
-from common.metrics.loss_logger import LossLogger
+from common.metrics.loss_logger import loss_loggers
 from common.task import Task, register_task
 import vcr.data  # noqa: F401  (registers the 'vcr' dataset)
 from vcr.function.config import check_config, vcr_defaults
@@ -65,14 +65,12 @@ class VCRTask(Task):
         """
         metrics = CompositeEvalMetric([Accuracy("Acc")])
         if for_training:
-            for output_name, display_name in cfg.TRAIN.LOSS_LOGGERS:
-                if output_name == "cnn_regularization_loss" and not cfg.NETWORK.ENABLE_CNN_REG_LOSS:
-                    continue
-                metrics.add(LossLogger(output_name, display_name))
+            skip = () if cfg.NETWORK.ENABLE_CNN_REG_LOSS else ("cnn_regularization_loss",)
+            for metric in loss_loggers(cfg.TRAIN.LOSS_LOGGERS, skip):
+                metrics.add(metric)
         return metrics
 
-    def check_config(self, cfg, source="config"):
-        check_config(cfg, source)
+    check_config = staticmethod(check_config)
 
     def pretrain_renames(self, cfg):
         return functools.partial(pretrain_renames, segmb_init=cfg.NETWORK.PARTIAL_PRETRAIN_SEGMB_INIT,

@@ -5,7 +5,7 @@ import torch
 from common.data.tokenizer import build_tokenizer
 from common.errors import UserInputError
 from common.metrics.composite_eval_metric import CompositeEvalMetric
-from common.metrics.loss_logger import LossLogger
+from common.metrics.loss_logger import loss_loggers
 from common.task import Task, register_task
 import vqa.data.vqa  # noqa: F401  (registers the 'vqa' dataset)
 from vqa.data.answers import AnswerVocab
@@ -62,12 +62,11 @@ class VQATask(Task):
         """Soft accuracy 'SoftAcc', plus the TRAIN.LOSS_LOGGERS losses while training."""
         metrics = CompositeEvalMetric([SoftAccuracy()])
         if for_training:
-            for output_name, display_name in cfg.TRAIN.LOSS_LOGGERS:
-                metrics.add(LossLogger(output_name, display_name))
+            for metric in loss_loggers(cfg.TRAIN.LOSS_LOGGERS):
+                metrics.add(metric)
         return metrics
 
-    def check_config(self, cfg, source="config"):
-        check_config(cfg, source)
+    check_config = staticmethod(check_config)
 
     def init_after_pretrain(self, cfg, model):
         if cfg.NETWORK.CLASSIFIER_PRETRAINED:

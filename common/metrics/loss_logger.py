@@ -22,3 +22,9 @@ class LossLogger(EvalMetric):
             with torch.no_grad():
                 self.sum_metric = self.sum_metric + outputs[self.output_name].detach().float().mean()
                 self.num_inst = self.num_inst + 1
+
+
+def loss_loggers(pairs, skip=()):
+    """One :class:`LossLogger` per ``(output_name, display_name)`` of ``pairs`` (``TRAIN.LOSS_LOGGERS``),
+    leaving out the output names in ``skip`` (losses the configured model does not compute)."""
+    return [LossLogger(output_name, display_name) for output_name, display_name in pairs if output_name not in skip]
