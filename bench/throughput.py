@@ -11,8 +11,9 @@ the reference release computed differently:
   GELU written out in element-wise ops; ``AdamW`` updates one tensor at a time (``BertAdamW(foreach=False)``).
 * ours: SDPA attention, dense layers on the real tokens only, fused LayerNorm/GELU, multi-tensor AdamW.
 
-Each path runs in its own process (peak memory per process); rounds alternate (reference, ours, reference,
-ours ...) and the fastest round of each is kept, so a busy machine slows both alike. Printed per path:
+Both paths are built in one process and their optimizer steps alternate (reference, ours, ours,
+reference, ...), so a busy machine slows both alike; the peak memory of each comes from a run of that path
+alone in its own process. Printed per path:
 samples/s, tokens/s (real tokens through the encoder), the split of a micro-batch's time into data /
 forward / backward / optimizer (+ the rest: transfer, metrics, hooks), peak memory (CUDA: max allocated;
 CPU: peak resident set of the process), model FLOPs per sample (encoder ``6 N T + 12 layers H L^2`` on real
@@ -225,74 +226,101 @@ def resnet_flops_per_image(model, batch, autocast, device):
 # --------------------------------------------------------------------------------------------- #
 # One measured run (a child process)
 # --------------------------------------------------------------------------------------------- #
-def run_worker(args):
-    """Build one path, train warm-up then timed optimizer steps through the Trainer; print a JSON line."""
-    import logging
-    from common.engine import build_model, build_precision
-    from common.flops import dense_weight_count, encoder_train_flops
-    from common.optim import BertAdamW, build_optimizer
-    from common.trainer import Trainer, to_device
+class Path:
+    """One implementation set up for timed steps: model, optimizer, precision, batches, recorder."""
 
+    def __init__(self, impl, task, cfg, args, device):
+        from common.engine import build_model, build_precision
+        from common.flops import dense_weight_count
+        from common.optim import BertAdamW, build_optimizer
+
+        torch.manual_seed(0)  # both paths start from the same weights
+        self.impl, self.cfg, self.device = impl, cfg, device
+        self.model = build_model(task, cfg, device)
+        bert = self.model.vlbert._module
+        self.dense = dense_weight_count(bert.encoder)
+        if impl == "reference":
+            bert.encoder = ReferenceEncoder(bert.encoder, cfg.NETWORK.VLBERT).to(device)
+        self.optimizer = build_optimizer(cfg, self.model)
+        if impl == "reference" and isinstance(self.optimizer, BertAdamW):
+            self.optimizer.foreach = False
+        elif impl == "reference":
+            for group in self.optimizer.param_groups:
+                group["foreach"] = False
+        self.autocast, self.scaler = build_precision(cfg, device)
+        self.k = int(cfg.TRAIN.GRAD_ACCUMULATE_STEPS)
+        self.recorder = Recorder()
+        bert.encoder.register_forward_pre_hook(self.recorder.encoder_pre_hook)
+        self.batches = iter(make_batches(task, cfg, args, (args.warmup + args.steps) * self.k))
+        self.first = lambda: next(iter(make_batches(task, cfg, args, 1)))
+        self.wall = 0.0
+
+    def resnet_flops(self):
+        from common.trainer import to_device
+        return resnet_flops_per_image(self.model, to_device(list(self.first()), self.device), self.autocast,
+                                      self.device)
+
+    def train(self, n_steps, timed):
+        """``n_steps`` optimizer steps through the Trainer; their wall time counts when ``timed``."""
+        import logging
+        from common.trainer import Trainer
+        model = self.model
+        model.forward = synced(type(model).forward.__get__(model), self.device)
+        self.scaler.backward = synced(type(self.scaler).backward.__get__(self.scaler), self.device)
+        trainer = Trainer(model, self.optimizer, Batches(self.batches, n_steps * self.k), scaler=self.scaler,
+                          autocast=self.autocast, hooks=[self.recorder] if timed else [],
+                          grad_accumulate_steps=self.k, clip_grad_norm=self.cfg.TRAIN.CLIP_GRAD_NORM,
+                          logger=logging.getLogger("bench"))
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        trainer.train(0, 1)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        if timed:
+            self.wall += time.perf_counter() - start
+
+    def report(self, resnet_flops, peak):
+        from common.flops import encoder_train_flops
+        vl, rec = self.cfg.NETWORK.VLBERT, self.recorder
+        split = [sum(t[i] for t in rec.timings) for i in range(6)]
+        return {"impl": self.impl, "k": self.k, "wall_s": self.wall, "samples": rec.samples,
+                "tokens": sum(rec.lens), "padded_tokens": rec.padded,
+                "data_s": split[0], "forward_s": split[2], "backward_s": split[3], "optimizer_s": split[4],
+                "other_s": self.wall - split[0] - split[2] - split[3] - split[4], "peak_mib": peak,
+                "encoder_flops": encoder_train_flops(self.dense, rec.lens, vl.num_hidden_layers, vl.hidden_size),
+                "resnet_flops_per_image": resnet_flops, "batch_images": int(self.cfg.TRAIN.BATCH_IMAGES),
+                "layers": vl.num_hidden_layers, "hidden": vl.hidden_size, "dense_weights": self.dense}
+
+
+def peak_memory_mib(device):
+    """CUDA: max allocated since the last reset; CPU: the process's peak resident set."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2 ** 20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 10
+
+
+def run_worker(args):
+    """``--worker both``: both paths in this process, their optimizer steps alternating (a busy machine
+    slows both alike); prints a JSON list. ``--worker ours|reference``: one path alone, for its peak memory;
+    prints a JSON dict."""
     warnings.simplefilter("ignore")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     task, cfg = load_cfg(args)
-    torch.manual_seed(0)
-    model = build_model(task, cfg, device)
-    bert = model.vlbert._module
-    vl = cfg.NETWORK.VLBERT
-    dense = dense_weight_count(bert.encoder)
-    if args.worker == "reference":
-        bert.encoder = ReferenceEncoder(bert.encoder, vl).to(device)
-    optimizer = build_optimizer(cfg, model)
-    if args.worker == "reference" and isinstance(optimizer, BertAdamW):
-        optimizer.foreach = False
-    elif args.worker == "reference":
-        for group in optimizer.param_groups:
-            group["foreach"] = False
-    autocast, scaler = build_precision(cfg, device)
-    k = int(cfg.TRAIN.GRAD_ACCUMULATE_STEPS)
-    recorder = Recorder()
-    bert.encoder.register_forward_pre_hook(recorder.encoder_pre_hook)
-    batches = make_batches(task, cfg, args, (args.warmup + args.steps) * k + 1)
-    it = iter(batches)
-    flop_batch = to_device(list(next(it)), device)
-    resnet_flops = 0 if args.accumulate_run else resnet_flops_per_image(model, flop_batch, autocast, device)
-    del flop_batch
-
-    model.forward = synced(model.forward, device)
-    scaler.backward = synced(scaler.backward, device)
-    logger = logging.getLogger("bench")
-    clip = cfg.TRAIN.CLIP_GRAD_NORM
-
-    def train(n_steps):
-        Trainer(model, optimizer, Batches(it, n_steps * k), scaler=scaler, autocast=autocast, hooks=[recorder],
-                grad_accumulate_steps=k, clip_grad_norm=clip, logger=logger).train(0, 1)
-
-    train(args.warmup)
-    recorder.__init__()
+    impls = ["reference", "ours"] if args.worker == "both" else [args.worker]
+    paths = [Path(impl, task, cfg, args, device) for impl in impls]
+    flops = paths[-1].resnet_flops() if args.worker == "both" else 0
+    for path in paths:
+        path.train(args.warmup, timed=False)
+        path.recorder.__init__()  # count the timed steps' tokens only
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
-    train(args.steps)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    wall = time.perf_counter() - start
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device) / 2 ** 20
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 10
-    split = [sum(t[i] for t in recorder.timings) for i in range(6)]
-    encoder_flops = encoder_train_flops(dense, recorder.lens, vl.num_hidden_layers, vl.hidden_size)
-    print(json.dumps({
-        "impl": args.worker, "k": k, "wall_s": wall, "samples": recorder.samples,
-        "tokens": sum(recorder.lens), "padded_tokens": recorder.padded,
-        "data_s": split[0], "forward_s": split[2], "backward_s": split[3], "optimizer_s": split[4],
-        "other_s": wall - split[0] - split[2] - split[3] - split[4],
-        "peak_mib": peak, "encoder_flops": encoder_flops, "resnet_flops_per_image": resnet_flops,
-        "batch_images": int(cfg.TRAIN.BATCH_IMAGES), "layers": vl.num_hidden_layers, "hidden": vl.hidden_size,
-        "dense_weights": dense}))
+    for step in range(args.steps):
+        for path in (paths if step % 2 == 0 else paths[::-1]):
+            path.train(1, timed=True)
+    reports = [p.report(flops, peak_memory_mib(device)) for p in paths]
+    print(json.dumps(reports if args.worker == "both" else reports[0]))
 
 
 # --------------------------------------------------------------------------------------------- #
@@ -328,8 +356,11 @@ def datasheet_peak(device, precision):
     return next((v for k, v in DATASHEET_PEAK.items() if k in name), None)
 
 
-def child(args, impl, accumulate=0):
+def child(args, impl, accumulate=0, steps=None):
+    """Run ``--worker impl`` in a fresh process (``steps`` timed steps after no warm-up when given)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, "--accumulate-run", str(accumulate)]
+    if steps is not None:
+        cmd += ["--steps-override", str(steps)]
     cmd += sys.argv[1:]  # last: it may end with --opts
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
@@ -357,35 +388,35 @@ def main():
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS))
     parser.add_argument("--synthetic", action="store_true", help="synthetic batches of VCR sizes, no loader")
-    parser.add_argument("--steps", type=int, default=2, help="timed optimizer steps per round")
+    parser.add_argument("--steps", type=int, default=4, help="timed optimizer steps per path")
     parser.add_argument("--warmup", type=int, default=1, help="untimed optimizer steps first")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; the fastest of each path is kept")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--workers", type=int, default=0, help="NUM_WORKERS_PER_GPU of the loader")
     parser.add_argument("--accumulate", type=int, default=0, help="also measure the memory of K vs 1 micro-batches")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
-    parser.add_argument("--worker", choices=["ours", "reference"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["ours", "reference", "both"], help=argparse.SUPPRESS)
     parser.add_argument("--accumulate-run", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--steps-override", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.steps_override is not None:  # a memory run: one step, no warm-up
+        args.steps, args.warmup = args.steps_override, 0
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda but torch sees no GPU")
     if args.worker:
         return run_worker(args)
 
     device = torch.device(args.device)
-    runs = {"reference": [], "ours": []}
-    for _ in range(args.rounds):
-        for impl in ("reference", "ours"):
-            runs[impl].append(child(args, impl))
+    timed = {r["impl"]: r for r in child(args, "both")}
+    for impl in ("reference", "ours"):  # each alone in a process: its own peak memory
+        timed[impl]["peak_mib"] = child(args, impl, steps=1)["peak_mib"]
     peak = matmul_peak(device, args.precision, args.threads)
     sheet = datasheet_peak(device, args.precision)
-    best = {impl: min(rs, key=lambda r: r["wall_s"]) for impl, rs in runs.items()}
-    rows = {impl: summarise(r, peak, sheet) for impl, r in best.items()}
-    ref, ours = best["reference"], best["ours"]
+    rows = {impl: summarise(r, peak, sheet) for impl, r in timed.items()}
+    ref, ours = timed["reference"], timed["ours"]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, {} threads".format(args.threads)
-    print("{} | {} | {} | {} | micro-batch {} x k={} | {} timed steps, fastest of {} rounds".format(
+    print("{} | {} | {} | {} | micro-batch {} x k={} | {} timed optimizer steps per path, alternating".format(
         args.cfg, " ".join(args.opts) or "no --opts", args.precision, name, ours["batch_images"], ours["k"],
-        args.steps, args.rounds))
+        args.steps))
     print("encoder: {} layers x {} hidden, {:.1f} M dense weights; real tokens/sample {:.0f}, padded {:.0f} "
           "(reference computes those); ResNet {:.2f} GFLOP/image (fwd+bwd); matmul peak measured {:.2f} TFLOP/s{}"
           .format(ours["layers"], ours["hidden"], ours["dense_weights"] / 1e6, ours["tokens"] / ours["samples"],
@@ -396,11 +427,10 @@ def main():
     for impl in ("reference", "ours"):
         print("{:<10}".format(impl) + "".join(
             "{:>14}".format("-" if v is None else "{:.3g}".format(v)) for v in rows[impl].values()))
-    print("ours / reference: {:.2f}x samples/s, peak memory ratio {:.2f} (per-round times: ref {}, ours {})".format(
-        ref["wall_s"] / ours["wall_s"], ours["peak_mib"] / ref["peak_mib"],
-        ["{:.1f}s".format(r["wall_s"]) for r in runs["reference"]], ["{:.1f}s".format(r["wall_s"]) for r in runs["ours"]]))
+    print("ours / reference: {:.2f}x samples/s, peak memory ratio {:.2f}".format(
+        ref["wall_s"] / ours["wall_s"], ours["peak_mib"] / ref["peak_mib"]))
     if args.accumulate:
-        one, many = child(args, "ours", 1), child(args, "ours", args.accumulate)
+        one, many = child(args, "ours", 1, steps=1), child(args, "ours", args.accumulate, steps=1)
         print("accumulation: peak memory k={} {:.0f} MiB, k=1 {:.0f} MiB, ratio {:.3f} (target <= 1.05)".format(
             args.accumulate, many["peak_mib"], one["peak_mib"], many["peak_mib"] / one["peak_mib"]))
 
