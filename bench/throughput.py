@@ -26,10 +26,12 @@ aspect) through the real collate; without it the config's data loader runs (data
 ``--accumulate K`` also runs ours with TRAIN.GRAD_ACCUMULATE_STEPS = 1 and K at the same micro-batch and
 reports the ratio of their peak memories (target <= 1.05: accumulation keeps no graph alive).
 
-    # base VCR config shrunk for 2 CPU cores (same encoder and tokens per sample; small images, batch 2)
-    python bench/throughput.py --synthetic --threads 2 --opts SCALES "(128,192)" TRAIN.BATCH_IMAGES 2
-    # the demo config on its data, bf16
-    python bench/throughput.py --cfg cfgs/vcr/demo_q2a_cpu.yaml --precision bf16
+    # base VCR config shrunk for 2 CPU cores: the same encoder and tokens per sample, a small image part
+    python bench/throughput.py --synthetic --steps 3 --accumulate 4 --opts SCALES "[128,192]" \
+        TRAIN.BATCH_IMAGES 1 NETWORK.IMAGE_NUM_LAYERS 18 NETWORK.IMAGE_ROI_POOLED_SIZE 4 \
+        NETWORK.IMAGE_C5_DILATED false DATASET.MASK_SIZE 2
+    # the demo config, bf16 (its data loader when data/demo exists: drop --synthetic)
+    python bench/throughput.py --cfg cfgs/vcr/demo_q2a_cpu.yaml --synthetic --precision bf16
     # a GPU
     python bench/throughput.py --device cuda --precision bf16 --synthetic --steps 20
 """
