@@ -181,6 +181,7 @@ SHARED_STATUS = {
     "TRAIN.MAX_CONSECUTIVE_SKIPS": DONE,
     "TRAIN.CHECKPOINT_STEPS": DONE,
     "TRAIN.CHECKPOINT_KEEP": DONE,
+    "TRAIN.COMPILE": DONE,
     "TRAIN.LOSS_LOGGERS": TASK,
 
     "VAL.SHUFFLE": warned("evaluation reads the items in file order (the order predictions are combined in)"),

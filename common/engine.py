@@ -21,6 +21,7 @@ from common import amp
 from common import distributed as cdist
 from common.checkpoint import load_checkpoint_file, load_model_state_dict, load_partial_pretrain, resume_training
 from common.cli import config_from_args, setup_output, train_argument_parser, train_output_folder
+from common.compile import compile_forward
 from common.data.build import make_dataloader
 from common.data.multitask import MultiTaskDataLoader, dataset_configs
 from common.hooks.checkpoint import checkpoint_hooks
@@ -198,7 +199,7 @@ def train_net(args, cfg, task):
         if "lr_scheduler" not in resumed.restored:  # a reference checkpoint: position the schedule
             lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader), begin_step=state["global_step"])
 
-    net = model
+    net = compile_forward(model, train_cfg.COMPILE)
     if world_size > 1:
         net = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None,

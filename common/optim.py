@@ -84,16 +84,23 @@ class BertAdamW(torch.optim.Optimizer):
     weights before the Adam update. State keys (``step`` int, ``exp_avg``, ``exp_avg_sq``) equal
     the reference's, so its optimizer checkpoints load.
 
+    ``foreach=True`` (the default) updates all tensors of a group with a few multi-tensor kernels;
+    ``foreach=False`` runs the reference's loop of per-tensor ops (one parameter at a time, the
+    decay as ``p += -lr * wd * p``). Both give the same update to ~1e-7 relative; the loop is kept
+    as the reference-equivalent path of ``bench/throughput.py``.
+
     Raises:
         ValueError: negative lr/eps or betas outside [0, 1).
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, correct_bias=True):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, correct_bias=True,
+                 foreach=True):
         if lr < 0.0 or eps < 0.0 or not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
             raise ValueError("AdamW: need lr >= 0, eps >= 0, 0 <= betas < 1; got lr={}, eps={}, betas={}"
                              .format(lr, eps, betas))
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                       correct_bias=correct_bias))
+        self.foreach = foreach
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -125,6 +132,9 @@ class BertAdamW(torch.optim.Optimizer):
                 step_sizes.append(-step_size)
             if not params:
                 continue
+            if not self.foreach:
+                _plain_update(params, grads, exp_avgs, exp_avg_sqs, step_sizes, group)
+                continue
             torch._foreach_mul_(exp_avgs, beta1)
             torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
             torch._foreach_mul_(exp_avg_sqs, beta2)
@@ -135,6 +145,17 @@ class BertAdamW(torch.optim.Optimizer):
             if group["weight_decay"] > 0.0:
                 torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
         return loss
+
+
+def _plain_update(params, grads, exp_avgs, exp_avg_sqs, step_sizes, group):
+    """BertAdamW's update one tensor at a time, in the reference's order of ops (``foreach=False``)."""
+    beta1, beta2 = group["betas"]
+    for p, g, m, v, step_size in zip(params, grads, exp_avgs, exp_avg_sqs, step_sizes):
+        m.mul_(beta1).add_(g, alpha=1.0 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+        p.addcdiv_(m, v.sqrt().add_(group["eps"]), value=step_size)
+        if group["weight_decay"] > 0.0:
+            p.add_(p, alpha=-group["lr"] * group["weight_decay"])
 
 
 def build_optimizer(cfg, model: torch.nn.Module, world_size: int = 1) -> torch.optim.Optimizer:

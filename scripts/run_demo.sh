@@ -60,6 +60,7 @@ OUT="$MODEL_DIR/output/vl-bert/vcr/demo_q2a_cpu/vcr1images_train"
 CKPT="$OUT/vl-bert_demo_q2a_res18-best.model"
 "$PY" vcr/val.py --a-cfg "$CFG" --a-ckpt "$CKPT" --opts DATASET.VAL_ANNOTATION_FILE val_shapes.jsonl
 "$PY" vcr/test.py --a-cfg "$CFG" --a-ckpt "$CKPT" --result-path "$OUT/test_result" --result-name demo
+CURVES=$("$PY" scripts/plot_curves.py "$OUT")
 
 cat <<MSG
 
@@ -67,5 +68,6 @@ Demo done.
   checkpoints:  $OUT/vl-bert_demo_q2a_res18-*.model
   test CSV:     $OUT/test_result/demo_test_result_Q2A.csv
   log + config: $OUT/*.log, $OUT/config.yaml
+  curves:       $CURVES
   TensorBoard:  $PY -m tensorboard.main --logdir $OUT/tensorboard_logs   (pip install tensorboard first)
 MSG

@@ -101,3 +101,24 @@ def test_bert_adamw_state_round_trip_and_skips_params_without_grad():
     assert clone.state_dict()["state"][0]["step"] == 1
     with pytest.raises(ValueError, match="betas"):
         BertAdamW([a], betas=(1.0, 0.999))
+
+
+def test_bert_adamw_foreach_and_plain_loop_give_the_same_update():
+    torch.manual_seed(0)
+    shapes = [(7, 5), (5,), (3, 4, 2), ()]
+    start = [torch.randn(s) for s in shapes]
+    params = {mode: [torch.nn.Parameter(p.clone()) for p in start] for mode in ("foreach", "plain")}
+    opts = {mode: BertAdamW([{"params": ps[:2], "lr": 1e-2}, {"params": ps[2:], "lr": 3e-3, "weight_decay": 0.0}],
+                            lr=1e-2, weight_decay=0.05, foreach=mode == "foreach")
+            for mode, ps in params.items()}
+    for _ in range(20):
+        grads = [torch.randn(s) for s in shapes]
+        for mode, ps in params.items():
+            for p, g in zip(ps, grads):
+                p.grad = g.clone()
+            opts[mode].step()
+    for fast, plain in zip(params["foreach"], params["plain"]):
+        torch.testing.assert_close(fast.detach(), plain.detach(), rtol=1e-6, atol=1e-6)
+    moved = max((p.detach() - s).abs().max().item() for p, s in zip(params["plain"], start))
+    assert moved > 1e-2  # the steps did move the weights
+    assert opts["plain"].state_dict()["state"][0]["step"] == 20

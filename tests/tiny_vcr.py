@@ -20,7 +20,6 @@ import itertools
 import json
 import os
 import runpy
-import struct
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -117,32 +116,11 @@ def tensorboard_scalars(model_dir):
 
 
 def tensorboard_scalars_in(output):
-    """``{tag: [(step, value), ...]}`` as TensorBoard shows the scalars of the run in the output folder ``output``.
+    """``{tag: [(step, value), ...]}`` as TensorBoard shows the scalars of the run in the output folder
+    ``output`` (see :func:`common.tb_events.read_scalars`)."""
+    from common.tb_events import read_scalars
 
-    The event files (tensorboardX's TFRecord framing: length, its CRC, an ``Event`` proto, its
-    CRC) are read in name (= creation) order; a ``SessionLog.START`` event at step P, which a
-    writer made with ``purge_step=P`` writes first, hides every point read before it whose step
-    is >= P (TensorBoard's ``EventAccumulator`` rule for event files of version 2).
-    """
-    from tensorboardX.proto.event_pb2 import Event, SessionLog
-
-    folder = os.path.join(output, "tensorboard_logs")
-    points = {}
-    for name in sorted(n for n in os.listdir(folder) if ".tfevents." in n):
-        with open(os.path.join(folder, name), "rb") as f:
-            data = f.read()
-        pos = 0
-        while pos + 12 <= len(data):
-            (length,) = struct.unpack("<Q", data[pos:pos + 8])
-            if pos + 16 + length > len(data):
-                break  # the end of a file cut by a kill
-            event = Event.FromString(data[pos + 12:pos + 12 + length])
-            pos += 16 + length
-            if event.HasField("session_log") and event.session_log.status == SessionLog.START:
-                points = {tag: [(s, v) for s, v in pts if s < event.step] for tag, pts in points.items()}
-            for value in event.summary.value:
-                points.setdefault(value.tag, []).append((event.step, value.simple_value))
-    return points
+    return read_scalars(os.path.join(output, "tensorboard_logs"))
 
 
 def train_in_process(model_dir, opts, extra_args=(), entry=ENTRY, cfg=CFG):

@@ -250,6 +250,9 @@ def common_defaults():
     _C.TRAIN.CHECKPOINT_STEPS = 0
     # (new) How many mid-epoch checkpoints to keep.
     _C.TRAIN.CHECKPOINT_KEEP = 2
+    # (new) torch.compile backend of the model's forward ('inductor', 'aot_eager', ...); '' = eager
+    # (default). If compiling fails, a warning names the cause and training goes on in eager mode.
+    _C.TRAIN.COMPILE = ''
     # Losses logged by name: ("output_name", "DisplayName") pairs.
     _C.TRAIN.LOSS_LOGGERS = []
 
