@@ -120,10 +120,10 @@ def test_vcr_train_and_inference(opts):
     assert torch.isfinite(loss)
     assert outputs['label_logits'].shape == (2, 4) and outputs['label'].tolist() == [1, 2]
     expected = {'label_logits', 'label', 'ans_loss'}
-    if model.config.NETWORK.CLASSIFIER_SIGMOID:
+    if model.cfg.NETWORK.CLASSIFIER_SIGMOID:
         expected.add('positive_fraction')
         assert outputs['positive_fraction'].item() == 0.25
-    if model.config.NETWORK.ENABLE_CNN_REG_LOSS and not model.config.NETWORK.BLIND:
+    if model.cfg.NETWORK.ENABLE_CNN_REG_LOSS and not model.cfg.NETWORK.BLIND:
         expected.add('cnn_regularization_loss')
     assert set(outputs) == expected
     model.eval()
@@ -213,7 +213,7 @@ def test_pretraining_multitask_train():
 def test_pretraining_precomputed_features():
     model = build('pretrain', 'base_prec_4x16G_fp32.yaml', TINY)
     assert type(model).__name__ == 'ResNetVLBERTForPretrainingMultitask'
-    single = __import__('pretrain.modules', fromlist=['x']).ResNetVLBERTForPretraining(model.config)
+    single = __import__('pretrain.modules', fromlist=['x']).ResNetVLBERTForPretraining(model.cfg)
     outputs, loss = single.train()(*pretrain_batch(precomputed=True))
     loss.backward()
     assert {'relationship_loss', 'mlm_loss', 'mvrc_loss'} <= set(outputs) and torch.isfinite(loss)

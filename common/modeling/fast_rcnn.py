@@ -72,14 +72,14 @@ def coordinate_embeddings(boxes, image_sizes, dim=COORD_EMBED_DIM):
 class FastRCNN(nn.Module):
     """Box features from images (ResNet C4 + RoI Align + res5) or from precomputed features.
 
-    Built from ``config.NETWORK``: ``IMAGE_NUM_LAYERS`` (18/34/50/101/152), ``IMAGE_STRIDE_IN_1x1``,
+    Built from ``cfg.NETWORK``: ``IMAGE_NUM_LAYERS`` (18/34/50/101/152), ``IMAGE_STRIDE_IN_1x1``,
     ``IMAGE_C5_DILATED``, ``IMAGE_FROZEN_BN``, ``IMAGE_FROZEN_BACKBONE_STAGES`` (1 = stem, 2..4 =
     res2..res4, 5 = res5 head), ``IMAGE_FEAT_PRECOMPUTED``, ``IMAGE_SEMANTIC`` (add a learned
     embedding of the box's class), ``IMAGE_PRETRAINED`` / ``IMAGE_PRETRAINED_EPOCH`` (weights
     file ``{path}-{epoch:04d}.model``, loaded by :meth:`init_weight`).
 
     Args:
-        config: the task config (yacs CfgNode or anything with the same attributes).
+        cfg: the task config (yacs CfgNode or anything with the same attributes).
         average_pool: must be True (kept for the reference's call signature; the projection
             needs one vector per box).
         final_dim: width of ``obj_reps`` (the task modules pass ``NETWORK.IMAGE_FINAL_DIM``).
@@ -98,9 +98,9 @@ class FastRCNN(nn.Module):
     ``regularizing_predictor`` (enable_cnn_reg_loss).
     """
 
-    def __init__(self, config, average_pool=True, final_dim=768, enable_cnn_reg_loss=False):
+    def __init__(self, cfg, average_pool=True, final_dim=768, enable_cnn_reg_loss=False):
         super().__init__()
-        net = config.NETWORK
+        net = cfg.NETWORK
         if not average_pool:
             raise ValueError("FastRCNN(average_pool=False) is not supported: obj_downsample needs one vector per box")
         if net.OUTPUT_CONV5:

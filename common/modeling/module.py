@@ -60,9 +60,9 @@ class Module(nn.Module):
     ``init_weight`` (called once at construction).
     """
 
-    def __init__(self, config):
+    def __init__(self, cfg):
         super().__init__()
-        self.config = config
+        self.cfg = cfg
 
     def init_weight(self):
         raise NotImplementedError

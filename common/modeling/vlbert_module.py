@@ -23,19 +23,19 @@ class VLBertModule(Module):
     (``NETWORK.IMAGE_FROZEN_BN``) needs no ``train()`` override: ``FastRCNN`` uses layers that never update.
     """
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.special_ids = special_token_ids(config.NETWORK.BERT_MODEL_NAME)
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.special_ids = special_token_ids(cfg.NETWORK.BERT_MODEL_NAME)
 
     def language_weights(self):
         """Pretrained BERT weights chosen by the config (canonical keys), or None (random init, warned)."""
-        weights, self.language_weights_path = language_pretrained_weights(self.config.NETWORK)
+        weights, self.language_weights_path = language_pretrained_weights(self.cfg.NETWORK)
         return weights
 
     def apply_bert_frozen(self, bert):
         """``NETWORK.BERT_FROZEN``: stop training the BERT weights of ``bert`` (a ``VisualLinguisticBert``;
         see its ``language_parameters``). They get no gradient, so no optimizer (weight decay included) moves them."""
-        if not self.config.NETWORK.BERT_FROZEN:
+        if not self.cfg.NETWORK.BERT_FROZEN:
             return
         params = bert.language_parameters()
         for p in params:

@@ -1,4 +1,4 @@
-"""Pre-training models; ``MODELS.build(cfg)`` builds the class named by ``config.MODULE``."""
+"""Pre-training models; ``MODELS.build(cfg)`` builds the class named by ``cfg.MODULE``."""
 from common.registry import Registry
 
 from .resnet_vlbert_for_pretraining import ResNetVLBERTForPretraining

@@ -29,11 +29,11 @@ class ResNetVLBERTForPretraining(VLBertModule):
     ``mvrc_label`` (each None when its loss is off), ``relationship_loss``, ``mlm_loss``, ``mvrc_loss``.
     """
 
-    def __init__(self, config):
-        super().__init__(config)
-        net = config.NETWORK
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        net = cfg.NETWORK
         hidden = net.VLBERT.hidden_size
-        self.image_feature_extractor = FastRCNN(config, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
+        self.image_feature_extractor = FastRCNN(cfg, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
                                                 enable_cnn_reg_loss=False)
         self.object_linguistic_embeddings = nn.Embedding(1, hidden)
         if self.masks_visual_embedding():
@@ -52,16 +52,16 @@ class ResNetVLBERTForPretraining(VLBertModule):
 
     def masks_visual_embedding(self):
         """Whether masked RoIs get a learnt visual feature (here: only with precomputed features)."""
-        return self.config.NETWORK.IMAGE_FEAT_PRECOMPUTED
+        return self.cfg.NETWORK.IMAGE_FEAT_PRECOMPUTED
 
     def build_extra_embeddings(self):
         """Hook for subclasses to add embeddings before ``vlbert`` (keeps the reference's parameter order)."""
 
     def init_weight(self):
-        std = self.config.NETWORK.VLBERT.initializer_range
+        std = self.cfg.NETWORK.VLBERT.initializer_range
         if self.masks_visual_embedding():
             self.object_mask_visual_embedding.weight.data.zero_()
-        if self.config.NETWORK.WITH_MVRC_LOSS:
+        if self.cfg.NETWORK.WITH_MVRC_LOSS:
             self.object_mask_word_embedding.weight.data.normal_(mean=0.0, std=std)
         self.image_feature_extractor.init_weight()
         self.object_linguistic_embeddings.weight.data.normal_(mean=0.0, std=std)
@@ -71,7 +71,7 @@ class ResNetVLBERTForPretraining(VLBertModule):
 
     def encode_objects(self, image, boxes, im_info, mvrc_ops):
         """RoI inputs: ([B, N', visual + H] object embeddings, [B, N'] mask, N'), N' = most RoIs in the batch."""
-        net = self.config.NETWORK
+        net = self.cfg.NETWORK
         box_mask = boxes[:, :, 0] > -1.5
         max_len = int(box_mask.sum(1).max())
         box_mask, boxes, mvrc_ops = box_mask[:, :max_len], boxes[:, :max_len], mvrc_ops[:, :max_len]
@@ -92,7 +92,7 @@ class ResNetVLBERTForPretraining(VLBertModule):
         return torch.cat((obj_reps, linguistic.to(obj_reps.dtype)), -1), box_mask, obj_reps
 
     def pretrain_forward(self, image, boxes, im_info, text, relationship_label, mlm_labels, mvrc_ops, mvrc_labels):
-        net = self.config.NETWORK
+        net = self.cfg.NETWORK
         num_boxes = boxes.shape[1]
         object_vl, box_mask, obj_reps = self.encode_objects(image, boxes, im_info, mvrc_ops)
         text_tags = torch.zeros_like(text)

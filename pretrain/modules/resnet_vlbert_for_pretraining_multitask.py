@@ -29,22 +29,22 @@ class ResNetVLBERTForPretrainingMultitask(ResNetVLBERTForPretraining):
     """
 
     def masks_visual_embedding(self):
-        net = self.config.NETWORK
+        net = self.cfg.NETWORK
         return net.IMAGE_FEAT_PRECOMPUTED or not net.MASK_RAW_PIXELS
 
     def build_extra_embeddings(self):
-        self.aux_text_visual_embedding = nn.Embedding(1, self.config.NETWORK.VLBERT.hidden_size)
+        self.aux_text_visual_embedding = nn.Embedding(1, self.cfg.NETWORK.VLBERT.hidden_size)
 
     def init_weight(self):
         super().init_weight()
         self.aux_text_visual_embedding.weight.data.normal_(mean=0.0,
-                                                           std=self.config.NETWORK.VLBERT.initializer_range)
+                                                           std=self.cfg.NETWORK.VLBERT.initializer_range)
 
     def forward(self, image, boxes, im_info, text, relationship_label, mlm_labels, mvrc_ops, mvrc_labels, *aux):
         if len(aux) == 0 or len(aux) % 2:
             raise ValueError("ResNetVLBERTForPretrainingMultitask: expected (text, mlm_labels) pairs after the "
                              "image-caption batch, got {} extra tensors".format(len(aux)))
-        net = self.config.NETWORK
+        net = self.cfg.NETWORK
         num_boxes = boxes.shape[1]
         aux_text = concat_padded(aux[0::2], 0)
         aux_labels = concat_padded(aux[1::2], -1)

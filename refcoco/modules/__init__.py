@@ -1,4 +1,4 @@
-"""RefCOCO+ models; ``MODELS.build(cfg)`` builds the class named by ``config.MODULE``."""
+"""RefCOCO+ models; ``MODELS.build(cfg)`` builds the class named by ``cfg.MODULE``."""
 from common.registry import Registry
 
 from .resnet_vlbert_for_refcoco import ResNetVLBERT

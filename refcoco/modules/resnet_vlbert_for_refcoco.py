@@ -61,9 +61,9 @@ class ResNetVLBERT(VLBertModule):
         ValueError: ``NETWORK.VLBERT.object_word_embed_mode`` is not 2 (the reference's one embedding row).
     """
 
-    def __init__(self, config):
-        super().__init__(config)
-        net = config.NETWORK
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        net = cfg.NETWORK
         vl = net.VLBERT
         if vl.object_word_embed_mode != 2:
             raise ValueError("RefCOCO+ needs NETWORK.VLBERT.object_word_embed_mode 2 (one class-agnostic box "
@@ -71,7 +71,7 @@ class ResNetVLBERT(VLBertModule):
         if net.ENABLE_CNN_REG_LOSS:
             warnings.warn("NETWORK.ENABLE_CNN_REG_LOSS is ignored for RefCOCO+ (boxes have no class labels; the "
                           "reference ignores it too)")
-        self.image_feature_extractor = FastRCNN(config, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
+        self.image_feature_extractor = FastRCNN(cfg, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
                                                 enable_cnn_reg_loss=False)
         self.object_linguistic_embeddings = object_linguistic_embedding(vl)
         self.vlbert = VisualLinguisticBert(vl, gradient_checkpointing=net.GRADIENT_CHECKPOINTING)
@@ -84,7 +84,7 @@ class ResNetVLBERT(VLBertModule):
 
     def init_weight(self):
         self.image_feature_extractor.init_weight()
-        std = self.config.NETWORK.VLBERT.initializer_range
+        std = self.cfg.NETWORK.VLBERT.initializer_range
         self.object_linguistic_embeddings.weight.data.normal_(mean=0.0, std=std)
         for m in self.final_mlp.modules():
             if isinstance(m, nn.Linear):
@@ -93,7 +93,7 @@ class ResNetVLBERT(VLBertModule):
 
     def _logits(self, image, boxes, im_info, expression):
         """Box logits ``[B, N]`` (``PADDED_LOGIT`` at padded slots) and the box mask ``[B, N]``."""
-        if self.config.NETWORK.BLIND:
+        if self.cfg.NETWORK.BLIND:
             image = torch.zeros_like(image)  # the mean colour everywhere: box geometry without content
         box_mask = boxes[:, :, 0] > -0.5  # padded rows are -1 (common collate) or -2 (reference collate)
         num_boxes = boxes.shape[1]

@@ -1,4 +1,4 @@
-"""VCR models; ``MODELS.build(cfg)`` builds the class named by ``config.MODULE``."""
+"""VCR models; ``MODELS.build(cfg)`` builds the class named by ``cfg.MODULE``."""
 from common.registry import Registry
 
 from .resnet_vlbert_for_vcr import ResNetVLBERT

@@ -30,9 +30,9 @@ class ResNetVLBERT(VLBertModule):
     (``ENABLE_CNN_REG_LOSS``). ``inference_forward(*batch without answer_label) -> {'label_logits'}``.
     """
 
-    def __init__(self, config):
-        super().__init__(config)
-        net = config.NETWORK
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        net = cfg.NETWORK
         vl = net.VLBERT
         if net.FOR_MASK_VL_MODELING_PRETRAIN:
             raise ValueError("NETWORK.FOR_MASK_VL_MODELING_PRETRAIN is not supported for VCR (nor in the reference)")
@@ -47,7 +47,7 @@ class ResNetVLBERT(VLBertModule):
         self.object_linguistic_embeddings = None
         if not net.BLIND:
             self.image_feature_extractor = FastRCNN(
-                config, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
+                cfg, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
                 enable_cnn_reg_loss=self.enable_cnn_reg_loss and not self.cnn_loss_top)
             self.object_linguistic_embeddings = object_linguistic_embedding(vl)
             if self.enable_cnn_reg_loss and self.cnn_loss_top:
@@ -63,18 +63,18 @@ class ResNetVLBERT(VLBertModule):
         self.fix_params()
 
     def init_weight(self):
-        if self.config.NETWORK.BLIND:
+        if self.cfg.NETWORK.BLIND:
             return
         self.image_feature_extractor.init_weight()
         if self.object_linguistic_embeddings is not None:
             self.object_linguistic_embeddings.weight.data.normal_(mean=0.0, std=0.02)
         if hasattr(self, 'cnn_loss_reg'):
-            self.cnn_loss_reg.apply(lambda m: init_bert_weights(m, self.config.NETWORK.VLBERT.initializer_range))
+            self.cnn_loss_reg.apply(lambda m: init_bert_weights(m, self.cfg.NETWORK.VLBERT.initializer_range))
 
     def fix_params(self):
         self.apply_bert_frozen(self.vlbert._module)
         # Blind models see all-zero visual features: keep their visual scale/LayerNorm fixed.
-        if self.config.NETWORK.BLIND:
+        if self.cfg.NETWORK.BLIND:
             bert = self.vlbert._module
             for name in ('visual_scale_text', 'visual_scale_object', 'visual_ln_text', 'visual_ln_object'):
                 if hasattr(bert, name):
@@ -82,7 +82,7 @@ class ResNetVLBERT(VLBertModule):
 
     def _encode(self, image, boxes, masks, question, answers, im_info):
         """Shared forward: returns logits [B, C], object states [B, C, N, H], classes [B, N], RoI mask, CNN outputs."""
-        net = self.config.NETWORK
+        net = self.cfg.NETWORK
         classes = boxes[:, :, -1]
         coords = boxes[:, :, :4]
         box_mask = coords[:, :, -1] > -0.5
@@ -107,7 +107,7 @@ class ResNetVLBERT(VLBertModule):
             text_tags = torch.zeros_like(text_tags)
         text_visual = collect_obj_reps(text_tags, obj_reps)
 
-        hidden = self.config.NETWORK.VLBERT.hidden_size
+        hidden = self.cfg.NETWORK.VLBERT.hidden_size
         objects_shape = (coords.shape[0], num_choices, max_len, hidden)
         if net.BLIND:
             object_linguistic = obj_reps.new_zeros(objects_shape)
@@ -134,7 +134,7 @@ class ResNetVLBERT(VLBertModule):
 
     def train_forward(self, image, boxes, masks, question, question_align_matrix, answer_choices,
                       answer_align_matrix, answer_label, im_info):
-        net = self.config.NETWORK
+        net = self.cfg.NETWORK
         logits, object_states, classes, attended, cnn = self._encode(image, boxes, masks, question,
                                                                      answer_choices, im_info)
         label = answer_label.long().view(-1)

@@ -1,4 +1,4 @@
-"""VQA models; ``MODELS.build(cfg)`` builds the class named by ``config.MODULE``."""
+"""VQA models; ``MODELS.build(cfg)`` builds the class named by ``cfg.MODULE``."""
 from common.registry import Registry
 
 from .resnet_vlbert_for_vqa import ResNetVLBERT

@@ -39,9 +39,9 @@ class ResNetVLBERT(VLBertModule):
     ``inference_forward(image, boxes, im_info, question) -> {'label_logits'}``.
     """
 
-    def __init__(self, config):
-        super().__init__(config)
-        net = config.NETWORK
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        net = cfg.NETWORK
         if net.ANS_LOSS_TYPE not in ANS_LOSS_TYPES:
             raise UserInputError("NETWORK.ANS_LOSS_TYPE: expected one of {}, got {!r}".format(
                 ", ".join(ANS_LOSS_TYPES), net.ANS_LOSS_TYPE))
@@ -49,21 +49,21 @@ class ResNetVLBERT(VLBertModule):
             raise ValueError("VQA needs NETWORK.VLBERT.object_word_embed_mode 2 (class-agnostic RoI embedding), "
                              "got {}".format(net.VLBERT.object_word_embed_mode))
         if not net.BLIND:  # as the reference: a blind model has no image parameters
-            self.image_feature_extractor = FastRCNN(config, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
+            self.image_feature_extractor = FastRCNN(cfg, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
                                                     enable_cnn_reg_loss=net.ENABLE_CNN_REG_LOSS)
             self.object_linguistic_embeddings = object_linguistic_embedding(net.VLBERT)
         self.vlbert = VisualLinguisticBert(net.VLBERT, gradient_checkpointing=net.GRADIENT_CHECKPOINTING)
         weights = self.language_weights()
         if weights is not None:
             self.report_unused(self.vlbert.load_language_pretrained(weights))
-        self.final_mlp = answer_classifier(net, config.DATASET.ANSWER_VOCAB_SIZE)
+        self.final_mlp = answer_classifier(net, cfg.DATASET.ANSWER_VOCAB_SIZE)
         self.init_weight()
         if net.CLASSIFIER_TYPE == 'mlm':
             self._load_mlm_transform(weights)
         self.apply_bert_frozen(self.vlbert)
 
     def init_weight(self):
-        if not self.config.NETWORK.BLIND:
+        if not self.cfg.NETWORK.BLIND:
             self.image_feature_extractor.init_weight()
             self.object_linguistic_embeddings.weight.data.normal_(mean=0.0, std=0.02)
 
@@ -77,7 +77,7 @@ class ResNetVLBERT(VLBertModule):
         self.final_mlp[0].load_state_dict(transform)
 
     def _logits(self, image, boxes, im_info, question):
-        net = self.config.NETWORK
+        net = self.cfg.NETWORK
         mask = box_mask(boxes)
         max_len = int(mask.sum(1).max())
         mask, boxes = mask[:, :max_len], boxes[:, :max_len]
@@ -110,7 +110,7 @@ class ResNetVLBERT(VLBertModule):
     def train_forward(self, image, boxes, im_info, question, label):
         logits = self._logits(image, boxes, im_info, question)
         target = label.to(logits.dtype)
-        if self.config.NETWORK.ANS_LOSS_TYPE == 'ce':
+        if self.cfg.NETWORK.ANS_LOSS_TYPE == 'ce':
             ans_loss = F.cross_entropy(logits, target)  # class-probability targets: -sum(target * log_softmax)
         else:
             # Reference scaling: mean over batch and answers, times the number of answers.
