@@ -18,20 +18,24 @@ Usage: python scripts/make_demo_corpus.py [--out data/demo/en_corpus/demo.doc]
 import argparse
 import ast
 import codecs
-import importlib.util
 import os
+import sysconfig
 
 
-def _constant(module, name):
-    """The literal assigned to ``name`` at the top level of ``module``'s source, or None when the
-    module is not installed."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except ModuleNotFoundError:
+def stdlib_file(relpath):
+    """Path of ``relpath`` in this interpreter's standard library folder (whether or not it exists).
+
+    Found from ``sysconfig``, not by import: a test run may have put another ``test`` package first."""
+    return os.path.join(sysconfig.get_paths()["stdlib"], relpath)
+
+
+def _constant(relpath, name):
+    """The literal assigned to ``name`` at the top level of the standard library file ``relpath``,
+    or None when the file is not installed."""
+    path = stdlib_file(relpath)
+    if not os.path.isfile(path):
         return None
-    if spec is None or not spec.origin:
-        return None
-    with open(spec.origin, encoding="utf-8") as f:
+    with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
@@ -41,14 +45,14 @@ def _constant(module, name):
 
 def zen_of_python():
     """The 19 aphorisms of PEP 20 (list of str), decoded from the ``this`` module."""
-    text = codecs.decode(_constant("this", "s"), "rot13")
+    text = codecs.decode(_constant("this.py", "s"), "rot13")
     return [line.strip() for line in text.splitlines()[2:] if line.strip()]  # after title and blank line
 
 
 def hamlet_scene():
     """The verse lines of CPython's ``HAMLET_SCENE`` (list of str), without speaker names and stage
     directions; empty when the ``test`` package is not installed."""
-    scene = _constant("test.test_zlib", "HAMLET_SCENE")
+    scene = _constant(os.path.join("test", "test_zlib.py"), "HAMLET_SCENE")
     if scene is None:
         return []
     lines = scene.decode("ascii").splitlines()
