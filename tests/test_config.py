@@ -133,6 +133,20 @@ def test_dataset_list_entries_completed_from_defaults():
     assert cfg.DATASET[0].is_frozen() and cfg.DATASET[1].is_frozen()
 
 
+def test_dataset_list_from_opts_replaces_the_file_list_and_starts_from_task_defaults():
+    path = os.path.join(LEGACY_CFGS, "pretrain", "base_e2e_16x16G_fp16.yaml")
+    api = task_api("pretrain")
+    defaults = api.load_config().DATASET
+    from_file = api.load_config(path).DATASET
+    changed = sorted(k for k in defaults if from_file[0][k] != defaults[k] and k != "DATASET")
+    assert "DATASET_PATH" in changed and "TRAIN_IMAGE_SET" in changed  # set by the file's first entry
+    cfg = api.load_config(path, ["DATASET", "[{DATASET: general_corpus, MIN_SEQ_LEN: 32}]"])
+    assert len(cfg.DATASET) == 1 and cfg.DATASET[0].DATASET == "general_corpus"
+    assert cfg.DATASET[0].MIN_SEQ_LEN == 32 and cfg.DATASET[0].is_frozen()
+    for key in changed:  # completed from the task defaults, not from the entry it replaces
+        assert cfg.DATASET[0][key] == defaults[key], key
+
+
 def test_update_config_merges_in_place(tmp_path):
     api = task_api("vqa")
     before = api.config.TRAIN.END_EPOCH

@@ -52,7 +52,7 @@ def datasets(name, inputs):
         entry = dict(entry)
         if entry["DATASET"] == "conceptual_captions":
             entry["DATASET_PATH"] = inputs.captions
-        else:  # an --opts DATASET list is completed from the file's first entry: no folder for the corpus
+        else:  # the corpus is one file: no folder
             entry["DATASET_PATH"] = ""
             for split in ("TRAIN", "VAL", "TEST"):
                 entry[split + "_ANNOTATION_FILE"] = inputs.corpus

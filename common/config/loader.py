@@ -145,9 +145,19 @@ def _merge(node, raw, root, root_prefix, source, lines, prefix):
                 raise ConfigError("{}: {}: {}".format(_where(source, lines, key), key, e)) from None
 
 
+_DATASET_DEFAULTS = "_dataset_defaults"
+
+
 def _merge_dataset_list(cfg, entries, source, lines):
-    """``DATASET: [ {...}, {...} ]``: one CfgNode per entry, each completed with the defaults."""
-    template = cfg.DATASET if isinstance(cfg.DATASET, CfgNode) else cfg.DATASET[0]
+    """``DATASET: [ {...}, {...} ]``: one CfgNode per entry, each completed with the task defaults.
+
+    A list given again (a second file, or ``--opts DATASET "[...]"``) replaces the whole list; its
+    entries are completed from the task defaults too, not from the entries they replace.
+    """
+    if isinstance(cfg.DATASET, CfgNode):
+        # Kept outside the keys (in __dict__, which deepcopy carries) for a later list to start from.
+        cfg.__dict__[_DATASET_DEFAULTS] = copy.deepcopy(cfg.DATASET)
+    template = cfg.__dict__[_DATASET_DEFAULTS]
     datasets = []
     for i, entry in enumerate(entries):
         key = "DATASET[{}]".format(i)
