@@ -122,3 +122,37 @@ def test_val_prints_the_official_accuracy_of_its_predictions(inputs, trained, tm
     official = _run([sys.executable, "vqa/eval.py", "--questions", inputs.question_file("val2014"),
                      "--annotations", inputs.annotation_file("val2014"), "--result", str(result)])
     assert "Overall Accuracy is: " in val and official.strip() in val
+
+
+def test_end_to_end_image_mode_trains_the_resnet_over_the_given_boxes(inputs, tmp_path):
+    """IMAGE_FEAT_PRECOMPUTED false: the in-model ResNet reads the COCO images over the feature files'
+    boxes, as in VCR. The trainable stage (res4's shortcut conv) moves; the frozen stage 1 and the stem stay
+    as loaded from IMAGE_PRETRAINED (IMAGE_FROZEN_BACKBONE_STAGES [1, 2] of the shipped config)."""
+    import runpy
+
+    from PIL import Image
+
+    random_resnet_file = runpy.run_path(os.path.join(tiny_vqa.ROOT, "bench", "smoke_paper_config.py"))["random_resnet_file"]
+    for image_id, (split, _) in tiny_vqa.IMAGES.items():  # the features were written for 40 x 30 images
+        folder = os.path.join(inputs.coco, split)
+        os.makedirs(folder, exist_ok=True)
+        pixels = torch.randint(0, 256, (30, 40, 3), generator=torch.Generator().manual_seed(image_id))
+        Image.fromarray(pixels.to(torch.uint8).numpy()).save(
+            os.path.join(folder, "COCO_{}_{:012d}.jpg".format(split, image_id)))
+    resnet = str(tmp_path / "resnet18")
+    random_resnet_file(resnet, 18)
+    name = "base_4x16G_fp32"
+    code = run_entry("train_end2end.py", ["--cfg", CFGS[name], "--model-dir", str(tmp_path), "--opts"] + inputs.opts(
+        NETWORK__IMAGE_FEAT_PRECOMPUTED=False, NETWORK__IMAGE_NUM_LAYERS=18, NETWORK__IMAGE_PRETRAINED=resnet,
+        NETWORK__IMAGE_PRETRAINED_EPOCH=0, NETWORK__IMAGE_C5_DILATED=False, NETWORK__IMAGE_ROI_POOLED_SIZE=4,
+        SCALES=[32, 48], TRAIN__LR=1e-2))
+    assert code == 0
+    state = torch.load(_checkpoint(tmp_path, name), map_location="cpu", weights_only=True)
+    assert state["train_state"]["global_step"] == 6
+    trained, loaded = state["state_dict"], torch.load(resnet + "-0000.model", weights_only=True)
+    prefix = "image_feature_extractor.backbone."
+    for key in ("conv1.weight", "layer1.0.conv1.weight"):  # stem and stage 1: frozen
+        torch.testing.assert_close(trained[prefix + key], loaded[key], rtol=0, atol=0)
+    # (the shortcut conv: the zero-init residual branch gets no gradient while its last BN gain is 0)
+    moved = trained[prefix + "layer3.0.downsample.0.weight"] - loaded["layer3.0.downsample.0.weight"]
+    assert moved.abs().max() > 1e-4  # res4 learns through RoIAlign over the given boxes
