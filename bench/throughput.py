@@ -9,7 +9,8 @@ the reference release computed differently:
 * reference-equivalent: the encoder is ``pytorch_pretrained_bert``'s ``BertEncoder`` (the one the
   reference trained with) holding the same weights: eager attention over all padded tokens, LayerNorm and
   GELU written out in element-wise ops; ``AdamW`` updates one tensor at a time (``BertAdamW(foreach=False)``).
-* ours: SDPA attention, dense layers on the real tokens only, fused LayerNorm/GELU, multi-tensor AdamW.
+* ours: SDPA attention, dense layers on the real tokens only, fused LayerNorm/GELU, ``BertAdamW``'s default
+  (multi-tensor kernels on CUDA; on the CPU the same loop as the reference, which is faster there).
 
 Both paths are built in one process and their optimizer steps alternate (reference, ours, ours,
 reference, ...), so a busy machine slows both alike; the peak memory of each comes from a run of that path

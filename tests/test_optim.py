@@ -122,3 +122,16 @@ def test_bert_adamw_foreach_and_plain_loop_give_the_same_update():
     moved = max((p.detach() - s).abs().max().item() for p, s in zip(params["plain"], start))
     assert moved > 1e-2  # the steps did move the weights
     assert opts["plain"].state_dict()["state"][0]["step"] == 20
+
+
+def test_bert_adamw_default_uses_the_per_tensor_loop_on_cpu(monkeypatch):
+    import common.optim as optim
+    calls = []
+    monkeypatch.setattr(optim, "_plain_update", lambda *args: calls.append(len(args[0])))
+    p = torch.nn.Parameter(torch.ones(3))
+    p.grad = torch.ones(3)
+    before = p.detach().clone()
+    BertAdamW([p], lr=1e-2).step()
+    assert calls == [1]  # CPU parameters: the loop (multi-tensor kernels are slower there)
+    BertAdamW([p], lr=1e-2, foreach=True).step()
+    assert calls == [1] and not torch.equal(p.detach(), before)  # forced multi-tensor path updates in place
