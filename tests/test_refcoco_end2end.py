@@ -16,7 +16,6 @@ import glob
 import json
 import os
 import re
-import runpy
 import subprocess
 import sys
 
@@ -28,7 +27,7 @@ from yacs.config import CfgNode
 from common.config_keys import leaf_keys
 from tests.conftest import ROOT
 from tests.refcoco_fixture import write_refcoco
-from tests.tiny_vcr import HIDDEN, LAUNCH_ENV
+from tests.tiny_vcr import HIDDEN, LAUNCH_ENV, run_script
 
 CFGS = os.path.join(ROOT, "cfgs", "refcoco")
 PAPER_CFGS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(CFGS, "*_4x16G.yaml")))
@@ -106,18 +105,9 @@ def run_folder(model_dir):
 def train_in_process(model_dir, cfg_name, opts):
     """``python refcoco/train_end2end.py --cfg CFG --model-dir model_dir --opts ...`` run in this process (its
     ``__main__`` through runpy: no interpreter start-up), on one thread. Returns (output folder, its log text)."""
-    entry = os.path.join(ROOT, "refcoco", "train_end2end.py")
-    saved = sys.argv
-    sys.argv = [entry, "--cfg", os.path.join(CFGS, cfg_name), "--model-dir", str(model_dir), "--opts"] + list(opts)
-    torch.set_num_threads(1)  # as the launched runs (OMP_NUM_THREADS=1)
-    if os.path.dirname(entry) not in sys.path:
-        sys.path.insert(0, os.path.dirname(entry))  # for its `import _init_paths`
-    try:
-        runpy.run_path(entry, run_name="__main__")
-    except SystemExit as e:
-        assert e.code in (0, None), "exit code {}".format(e.code)
-    finally:
-        sys.argv = saved
+    code = run_script(os.path.join(ROOT, "refcoco", "train_end2end.py"),
+                      ["--cfg", os.path.join(CFGS, cfg_name), "--model-dir", str(model_dir), "--opts"] + list(opts))
+    assert code in (0, None), "exit code {}".format(code)
     folder = run_folder(model_dir)
     logs = sorted(glob.glob(os.path.join(folder, "*.log")))
     assert logs, folder

@@ -123,14 +123,13 @@ def tensorboard_scalars_in(output):
     return read_scalars(os.path.join(output, "tensorboard_logs"))
 
 
-def train_in_process(model_dir, opts, extra_args=(), entry=ENTRY, cfg=CFG):
-    """``python vcr/train_end2end.py --cfg CFG --model-dir model_dir [extra_args] --opts ...`` (or another
-    ``entry`` script and ``cfg`` file) run in this process (its ``__main__`` through runpy: no interpreter
-    start-up), on one thread. Returns the exit code."""
-    argv = [entry, "--cfg", cfg, "--model-dir", str(model_dir)] + list(extra_args) + ["--opts"] + list(opts)
-    torch.set_num_threads(1)  # as the launched runs (OMP_NUM_THREADS=1): the same arithmetic, no oversubscription
+def run_script(entry, argv):
+    """``python <entry> argv...`` run in this process (its ``__main__`` through runpy: no interpreter
+    start-up), on one thread as the launched runs (OMP_NUM_THREADS=1): the same arithmetic, no
+    oversubscription. Returns the exit code (0 when it returns without SystemExit)."""
+    torch.set_num_threads(1)
     saved = sys.argv
-    sys.argv = argv
+    sys.argv = [entry] + list(argv)
     if os.path.dirname(entry) not in sys.path:
         sys.path.insert(0, os.path.dirname(entry))  # for its `import _init_paths`
     try:
@@ -140,6 +139,12 @@ def train_in_process(model_dir, opts, extra_args=(), entry=ENTRY, cfg=CFG):
         return e.code
     finally:
         sys.argv = saved
+
+
+def train_in_process(model_dir, opts, extra_args=(), entry=ENTRY, cfg=CFG):
+    """``python vcr/train_end2end.py --cfg CFG --model-dir model_dir [extra_args] --opts ...`` (or another
+    ``entry`` script and ``cfg`` file) through :func:`run_script`. Returns the exit code."""
+    return run_script(entry, ["--cfg", cfg, "--model-dir", str(model_dir)] + list(extra_args) + ["--opts"] + list(opts))
 
 
 def train_recording_orientations(model_dir, opts):

@@ -9,14 +9,11 @@ the paper configs: no partial pretrain, 32-unit VL-BERT, batches of 2, one epoch
 """
 import json
 import os
-import runpy
-import sys
 
 import numpy as np
-import torch
 
 from common.data.region_features import RegionFeatures, write_feature_json
-from tests.tiny_vcr import HIDDEN, SPECIAL_TOKENS, _bert_folder
+from tests.tiny_vcr import HIDDEN, SPECIAL_TOKENS, _bert_folder, run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFGS = {name: os.path.join(ROOT, "cfgs", "vqa", name + ".yaml") for name in ("base_4x16G_fp32", "large_4x16G_fp32")}
@@ -106,21 +103,8 @@ def make_inputs(root):
 
 
 def run_entry(script, argv):
-    """``python vqa/<script> argv...`` in this process (its ``__main__`` through runpy), on one thread.
-    Returns the exit code."""
-    entry = os.path.join(ROOT, "vqa", script)
-    torch.set_num_threads(1)
-    saved = sys.argv
-    sys.argv = [entry] + list(argv)
-    if os.path.dirname(entry) not in sys.path:
-        sys.path.insert(0, os.path.dirname(entry))  # for its `import _init_paths`
-    try:
-        runpy.run_path(entry, run_name="__main__")
-        return 0
-    except SystemExit as e:
-        return e.code
-    finally:
-        sys.argv = saved
+    """``python vqa/<script> argv...`` in this process (:func:`tests.tiny_vcr.run_script`). Returns the exit code."""
+    return run_script(os.path.join(ROOT, "vqa", script), argv)
 
 
 def output_folder(model_dir, cfg_name):
