@@ -17,8 +17,8 @@ first validation at or above 0.8; '-' when never reached).
 
 Usage: python bench/pretrain_gain.py [--seeds 1 2 3] [--epochs 5] [--train-items 480] [--val-items 200]
                                      [--pretrain-epochs 3] [--pretrain-scenes 400] [--out output/bench_pretrain_gain]
-Needs data/demo (scripts/make_demo_data.py), data/demo/en_corpus/demo.doc (scripts/make_demo_corpus.py) and
-model/pretrained_model/all-MiniLM-L6-v2.
+Needs data/demo (scripts/make_demo_data.py) and model/pretrained_model/all-MiniLM-L6-v2 (``scripts/run_demo.sh``
+writes both); writes the demo corpus (scripts/make_demo_corpus.py) when it is missing.
 """
 import argparse
 import datetime
@@ -42,11 +42,13 @@ _TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 
 def run(cmd, log_path):
-    """Run ``cmd`` in the repository with its output in ``log_path``; CalledProcessError on failure."""
+    """Run ``cmd`` in the repository with its output in ``log_path``; on failure, exit naming the log."""
     print("$", " ".join(cmd), flush=True)
     with open(log_path, "w") as log:
-        subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True,
-                       env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        code = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, CUDA_VISIBLE_DEVICES="")).returncode
+    if code != 0:
+        sys.exit("failed with exit code {}; its output is in {}".format(code, log_path))
 
 
 def last_checkpoint(folder):
@@ -103,6 +105,9 @@ def main():
              "--val", "8"], os.path.join(out, "captions.log"))
     with open(os.path.join(REPO, PRETRAIN_CFG)) as f:
         datasets = yaml.safe_load(f)["DATASET"]
+    corpus = datasets[1]["TRAIN_ANNOTATION_FILE"]
+    if not os.path.isfile(os.path.join(REPO, corpus)):
+        run([sys.executable, "scripts/make_demo_corpus.py", "--out", corpus], os.path.join(out, "corpus.log"))
     datasets[0]["DATASET_PATH"] = captions
     run([sys.executable, "pretrain/train_end2end.py", "--cfg", PRETRAIN_CFG, "--model-dir", pretrain_dir,
          "--opts", "TRAIN.END_EPOCH", str(args.pretrain_epochs), "DATASET", json.dumps(datasets)],
