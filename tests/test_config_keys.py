@@ -212,19 +212,3 @@ def test_shipped_pretrain_configs_warn_only_about_keys_the_reference_never_read(
         expected = [] if path.endswith("demo_e2e_cpu.yaml") else [
             "DATASET.IGNORE_DB_CACHE", "DATASET.ROOT_PATH", "GPUS", "NETWORK.ENABLE_CNN_REG_LOSS"]
         assert keys == expected, path
-
-
-def test_shipped_vqa_configs_warn_only_about_keys_the_reference_never_read():
-    """ENABLE_CNN_REG_LOSS: false is what the VQA model does (no CNN term), so it is not warned about."""
-    for path in sorted(glob.glob(os.path.join(ROOT, "cfgs", "vqa", "*.yaml"))):
-        with config_warnings() as lines:
-            api("vqa").check_config(api("vqa").load_config(path), path)
-        keys = sorted({line.split(": ")[2].split(" = ")[0] for line in lines})
-        expected = [] if path.endswith("demo_cpu.yaml") else ["DATASET.IGNORE_DB_CACHE", "DATASET.ROOT_PATH", "GPUS"]
-        assert keys == expected, path
-    cfg = api("vqa").load_config(os.path.join(ROOT, "cfgs", "vqa", "demo_cpu.yaml"))
-    cfg.defrost()
-    cfg.NETWORK.ENABLE_CNN_REG_LOSS = True
-    with config_warnings() as lines:
-        api("vqa").check_config(cfg, "demo_cpu.yaml")
-    assert [line for line in lines if "NETWORK.ENABLE_CNN_REG_LOSS = True" in line and "no CNN" in line]

@@ -26,8 +26,6 @@ def vqa_defaults():
     _C = add_answer_vocab_keys(common_defaults())
     # Boxes per image of the detections: "36" (fixed) or "10-100ada" (adaptive).
     _C.DATASET.BOXES = "36"
-    # The VQA loss has no CNN regularisation term, so off is what the model does (the paper configs say so).
-    _C.NETWORK.ENABLE_CNN_REG_LOSS = False
     _C.TRAIN.LOSS_LOGGERS = [('ans_loss', 'AnsLoss')]
     return _C
 
