@@ -11,6 +11,8 @@ the reference release computed differently:
   GELU written out in element-wise ops; ``AdamW`` updates one tensor at a time (``BertAdamW(foreach=False)``).
 * ours: SDPA attention, dense layers on the real tokens only, fused LayerNorm/GELU, ``BertAdamW``'s default
   (multi-tensor kernels on CUDA; on the CPU the same loop as the reference, which is faster there).
+  ``--opts TRAIN.COMPILE inductor`` also compiles its forward (``common.compile``; the warm-up steps,
+  untimed, include the compilation); the reference path stays eager.
 
 Both paths are built in one process and their optimizer steps alternate (reference, ours, ours,
 reference, ...), so a busy machine slows both alike; the peak memory of each comes from a run of that path
@@ -235,6 +237,7 @@ class Path:
     def __init__(self, impl, task, cfg, args, device):
         from common.engine import build_model, build_precision
         from common.flops import dense_weight_count
+        from common.compile import compile_forward
         from common.optim import BertAdamW, build_optimizer
 
         torch.manual_seed(0)  # both paths start from the same weights
@@ -250,6 +253,9 @@ class Path:
         elif impl == "reference":
             for group in self.optimizer.param_groups:
                 group["foreach"] = False
+        if impl == "ours":  # TRAIN.COMPILE is ours to offer; the reference ran eager
+            compile_forward(self.model, cfg.TRAIN.COMPILE)
+        self.forward = self.model.forward
         self.autocast, self.scaler = build_precision(cfg, device)
         self.k = int(cfg.TRAIN.GRAD_ACCUMULATE_STEPS)
         self.recorder = Recorder()
@@ -268,7 +274,7 @@ class Path:
         import logging
         from common.trainer import Trainer
         model = self.model
-        model.forward = synced(type(model).forward.__get__(model), self.device)
+        model.forward = synced(self.forward, self.device)
         self.scaler.backward = synced(type(self.scaler).backward.__get__(self.scaler), self.device)
         trainer = Trainer(model, self.optimizer, Batches(self.batches, n_steps * self.k), scaler=self.scaler,
                           autocast=self.autocast, hooks=[self.recorder] if timed else [],
