@@ -208,7 +208,8 @@ def _fake_slurm(tmp_path):
 @pytest.mark.slow
 def test_dist_run_slurm_two_tasks(tmp_path, tiny_vcr):
     bin_dir = _fake_slurm(tmp_path)
-    opts = " ".join(tiny_vcr.opts())
+    # PY_ARGS is a word list: an empty value is written as the literal "" (the config parser reads it as '')
+    opts = " ".join(o or '""' for o in tiny_vcr.opts())
     env = dict(os.environ, PATH="{}:{}".format(bin_dir, os.environ["PATH"]), GPUS_PER_NODE="2",
                MASTER_PORT=str(free_port()), PY_ARGS="--opts " + opts, **LAUNCH_ENV)
     proc = subprocess.run([_script("dist_run_slurm.sh"), "part", "job", ENTRY, CFG, str(tmp_path / "w"), "2"],

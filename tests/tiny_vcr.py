@@ -58,8 +58,8 @@ class Inputs:
             values.update(d)
         values.update({k.replace("__", "."): v for k, v in changes.items()})
         out = []
-        for key, value in values.items():
-            out += [key, value if isinstance(value, str) else json.dumps(value)]
+        for key, value in values.items():  # compact JSON: a value stays one word in a shell word list (PY_ARGS)
+            out += [key, value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))]
         return out
 
 
