@@ -463,7 +463,7 @@ def test_ddp_two_ranks_accumulation_equals_one_big_batch(tmp_path):
     expected = _full_grads(Toy(), batches)
     out = str(tmp_path / "rank{}.pt")
     mp.spawn(_ddp_worker, args=(_free_port(), batches, k, out), nprocs=2, join=True)
-    results = [torch.load(out.format(r)) for r in range(2)]
+    results = [torch.load(out.format(r), weights_only=True) for r in range(2)]
     model = Toy()
     x, y, _ = (torch.cat(t) for t in zip(*batches))
     global_mse = torch.nn.functional.mse_loss(model(x, y)[0]["pred"], y).item()
