@@ -76,12 +76,13 @@ class VisualLinguisticBert(nn.Module):
         if config.with_pooler:
             self.pooler = BertPooler(config)
         self.init_weights()
-        if language_state_dict is not None:
-            self.load_language_pretrained(language_state_dict)
         if config.word_embedding_frozen:
+            # Created after init_weights, as in the reference, so random initialisation draws are unchanged.
             self.word_embeddings.weight.requires_grad = False
             self.special_word_embeddings = nn.Embedding(NUM_SPECIAL_WORDS, hidden)
-            self.special_word_embeddings.weight.data.copy_(self.word_embeddings.weight.data[:NUM_SPECIAL_WORDS])
+            self.copy_special_word_embeddings()
+        if language_state_dict is not None:
+            self.load_language_pretrained(language_state_dict)
 
     def init_weights(self):
         """BERT initialisation of all submodules; the visual LayerNorm gains start at ``visual_scale_*_init``."""
@@ -89,6 +90,13 @@ class VisualLinguisticBert(nn.Module):
         if self.config.visual_ln:
             self.visual_ln_text.weight.data.fill_(self.config.visual_scale_text_init)
             self.visual_ln_object.weight.data.fill_(self.config.visual_scale_object_init)
+
+    def copy_special_word_embeddings(self):
+        """With ``word_embedding_frozen``, start the trainable special-word table from the first
+        ``NUM_SPECIAL_WORDS`` rows of the word embeddings; called again after pretrained weights are loaded,
+        so ``[CLS]``/``[SEP]``/``[MASK]`` start from BERT's vectors, as in the reference."""
+        if self.config.word_embedding_frozen:
+            self.special_word_embeddings.weight.data.copy_(self.word_embeddings.weight.data[:NUM_SPECIAL_WORDS])
 
     def language_parameters(self):
         """The parameters that hold BERT's weights (what ``NETWORK.BERT_FROZEN`` freezes): word, position
@@ -202,7 +210,8 @@ class VisualLinguisticBert(nn.Module):
         return outputs
 
     def load_language_pretrained(self, state_dict):
-        """Copy pretrained BERT weights into the embeddings, encoder and pooler.
+        """Copy pretrained BERT weights into the embeddings, encoder and pooler (and, with
+        ``word_embedding_frozen``, the loaded special-word rows into their trainable copy).
 
         Args:
             state_dict: canonical BERT keys (``embeddings.*``, ``encoder.*``, ``pooler.*``; heads ``cls.*``
@@ -235,6 +244,7 @@ class VisualLinguisticBert(nn.Module):
                               'embeddings.token_type_embeddings.weight')
                 if rows == 1:
                     self.token_type_embeddings.weight[1:] = token_types[0].to(self.token_type_embeddings.weight)
+            self.copy_special_word_embeddings()
         used = set(targets) | {'embeddings.token_type_embeddings.weight'}
         return [k for k in state_dict if k not in used]
 

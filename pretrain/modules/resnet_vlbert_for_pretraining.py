@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from common.modeling.fast_rcnn import FastRCNN
 from common.losses import masked_lm_loss, mvrc_loss, pad_to
 from common.modeling.visual_linguistic_bert import VisualLinguisticBertForPretraining
-from common.modeling.vlbert_module import VLBertModule, collect_obj_reps
+from common.modeling.vlbert_module import VLBertModule, collect_obj_reps, valid_text_mask
 
 # Width of precomputed Faster R-CNN box features (and of their mask embedding).
 BOX_FEATURE_DIM = 2048
@@ -97,7 +97,8 @@ class ResNetVLBERTForPretraining(VLBertModule):
         object_vl, box_mask, obj_reps = self.encode_objects(image, boxes, im_info, mvrc_ops)
         text_tags = torch.zeros_like(text)
         relationship_logits, mlm_logits, mvrc_logits = self.vlbert(
-            text, torch.zeros_like(text), collect_obj_reps(text_tags, obj_reps), text > 0, object_vl, box_mask)
+            text, torch.zeros_like(text), collect_obj_reps(text_tags, obj_reps), valid_text_mask(text), object_vl,
+            box_mask)
 
         outputs = {'relationship_logits': None, 'relationship_label': None, 'mlm_logits': None, 'mlm_label': None,
                    'mvrc_logits': None, 'mvrc_label': None}

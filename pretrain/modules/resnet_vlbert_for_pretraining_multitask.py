@@ -5,7 +5,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common.losses import masked_lm_loss, mvrc_loss, pad_to
-from common.modeling.vlbert_module import collect_obj_reps
+from common.modeling.vlbert_module import collect_obj_reps, valid_text_mask
 from .resnet_vlbert_for_pretraining import PAD_LOGIT, ResNetVLBERTForPretraining
 
 
@@ -59,7 +59,7 @@ class ResNetVLBERTForPretrainingMultitask(ResNetVLBERTForPretraining):
         object_vl = torch.cat((object_vl, object_vl.new_zeros((num_aux, *object_vl.shape[1:]))))
         box_mask = torch.cat((box_mask, box_mask.new_zeros((num_aux, box_mask.shape[1]))))
         relationship_logits, mlm_logits, mvrc_logits = self.vlbert(
-            all_text, torch.zeros_like(all_text), text_visual, all_text > 0, object_vl, box_mask)
+            all_text, torch.zeros_like(all_text), text_visual, valid_text_mask(all_text), object_vl, box_mask)
 
         outputs = {key: None for key in ('relationship_logits', 'relationship_label', 'mlm_logits_wvc',
                                          'mlm_label_wvc', 'mlm_logits_aux', 'mlm_label_aux', 'mvrc_logits',

@@ -10,7 +10,7 @@ from common.modeling.nlp.modeling import init_bert_weights
 from common.modeling.nlp.time_distributed import TimeDistributed
 from common.modeling.visual_linguistic_bert import VisualLinguisticBert
 from common.modeling.vlbert_module import (NUM_OBJECT_CLASSES, VLBertModule, answer_classifier, collect_obj_reps,
-                                  object_linguistic_embedding, pack_text_pair)
+                                  object_linguistic_embedding, pack_text_pair, valid_text_mask)
 
 
 class ResNetVLBERT(VLBertModule):
@@ -98,8 +98,8 @@ class ResNetVLBERT(VLBertModule):
 
         num_choices = answers.shape[1]
         question = question.unsqueeze(1).expand(-1, num_choices, -1, -1)
-        q = (question[..., 0], question[..., 1], question[..., 0] > 0.5)
-        a = (answers[..., 0], answers[..., 1], answers[..., 0] > 0.5)
+        q = (question[..., 0], question[..., 1], valid_text_mask(question[..., 0]))
+        a = (answers[..., 0], answers[..., 1], valid_text_mask(answers[..., 0]))
         first, second = (a, q) if net.ANSWER_FIRST else (q, a)
         text_ids, text_types, text_tags, text_mask, _ = pack_text_pair(
             *first, *second, self.special_ids['[CLS]'], self.special_ids['[SEP]'], one_sentence=net.QA_ONE_SENT)
