@@ -1,12 +1,14 @@
 """Batch collation: pad per batch, then stack."""
 import torch
 
-# Pad value per field name; text rows use -2 so that ``ids > 0.5`` masks padding out and the
-# box column (-2) never names a box; padded boxes have class -1 (``boxes[..., -1] > -0.5`` is the
-# reference's box mask). Fields not listed are padded with 0.
+# Pad value of VCR text rows (id and box columns): never a word id, and the box column never names a box.
+TEXT_PAD = -2
+# Pad value per field name; padded boxes have class -1 (``boxes[..., -1] > -0.5`` is the reference's box
+# mask). Fields not listed are padded with 0.
 DEFAULT_PAD_VALUES = {
     "image": 0.0, "boxes": -1.0, "masks": -1.0,
-    "question": -2, "answer_choices": -2, "rationale_choices": -2, "answer": -2, "rationale": -2,
+    "question": TEXT_PAD, "answer_choices": TEXT_PAD, "rationale_choices": TEXT_PAD, "answer": TEXT_PAD,
+    "rationale": TEXT_PAD,
 }
 
 

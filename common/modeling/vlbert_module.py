@@ -108,19 +108,20 @@ def collect_obj_reps(span_tags, object_reps):
     return object_reps.gather(1, index).reshape(*span_tags.shape, dim)
 
 
-def valid_text_mask(ids):
-    """Valid tokens of right-padded word ids: True up to and with the last non-zero id of each row.
+def valid_text_mask(ids, pad=0):
+    """Valid tokens of right-padded word ids: True up to and with the last id of each row that is not ``pad``.
 
     An id 0 inside the text (a caption holding the literal word ``[PAD]``) stays a token: masking with
     ``ids > 0``, as the reference did, drops it and shifts every later output row by one, so MLM labels
     were scored against the next token's output.
 
     Args:
-        ids: [..., L] word ids (long, or the float id column of a VCR text field), padded with 0 at the end.
+        ids: [..., L] word ids (long, or the float id column of a VCR text field), padded with ``pad`` at the end.
+        pad: the padding id (0; VCR and VQA text fields are padded with ``common.data.collate.TEXT_PAD``).
     Returns:
         [..., L] bool.
     """
-    return (ids != 0).flip(-1).cumsum(-1).flip(-1) > 0
+    return (ids != pad).flip(-1).cumsum(-1).flip(-1) > 0
 
 
 def pack_text_pair(first_ids, first_tags, first_mask, second_ids, second_tags, second_mask, cls_id, sep_id,

@@ -3,6 +3,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.data.collate import TEXT_PAD
 from common.errors import UserInputError
 from common.modeling.fast_rcnn import FastRCNN
 from common.modeling.nlp.heads import MVRCHeadTransform
@@ -98,8 +99,8 @@ class ResNetVLBERT(VLBertModule):
 
         num_choices = answers.shape[1]
         question = question.unsqueeze(1).expand(-1, num_choices, -1, -1)
-        q = (question[..., 0], question[..., 1], valid_text_mask(question[..., 0]))
-        a = (answers[..., 0], answers[..., 1], valid_text_mask(answers[..., 0]))
+        q = (question[..., 0], question[..., 1], valid_text_mask(question[..., 0], TEXT_PAD))
+        a = (answers[..., 0], answers[..., 1], valid_text_mask(answers[..., 0], TEXT_PAD))
         first, second = (a, q) if net.ANSWER_FIRST else (q, a)
         text_ids, text_types, text_tags, text_mask, _ = pack_text_pair(
             *first, *second, self.special_ids['[CLS]'], self.special_ids['[SEP]'], one_sentence=net.QA_ONE_SENT)

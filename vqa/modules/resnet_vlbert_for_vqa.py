@@ -4,6 +4,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from common.data.collate import TEXT_PAD
 from common.errors import UserInputError
 from common.modeling.fast_rcnn import FastRCNN
 from common.modeling.visual_linguistic_bert import VisualLinguisticBert
@@ -90,7 +91,7 @@ class ResNetVLBERT(VLBertModule):
         question_tags = torch.zeros_like(question)
         answer = question.new_full((question.shape[0], 1), self.special_ids['[MASK]'])
         text_ids, text_types, text_tags, text_mask, answer_pos = pack_text_pair(
-            question, question_tags, valid_text_mask(question), answer, torch.zeros_like(answer),
+            question, question_tags, valid_text_mask(question, TEXT_PAD), answer, torch.zeros_like(answer),
             torch.ones_like(answer, dtype=torch.bool), self.special_ids['[CLS]'], self.special_ids['[SEP]'])
         text_visual = collect_obj_reps(text_tags, obj_reps)
         if net.NO_GROUNDING:
