@@ -14,6 +14,7 @@ from common.data.feature_cache import write_feature_cache
 from common.data.region_features import RegionFeatures, feature_json_dict, iter_feature_folder, write_feature_json
 from common.data.tokenizer import build_tokenizer
 from common.data.zipreader import ZipReader
+from vqa.data.answers import AnswerVocabError
 from vqa.data.vqa import VQADataError, VQADataset
 from vqa.data.vqa_files import VqaFileError
 from vqa.function.config import load_config
@@ -171,7 +172,8 @@ def test_data_errors_name_the_file_and_the_question(tmp_path):
     (folder / "9.json").write_text(json.dumps(record))
     with pytest.raises(VQADataError, match=r"question_id 91 \(image_id 9\): .*9\.json \(image_id 9\): num_boxes is 5"):
         ds[0]
-    with pytest.raises(VQADataError, match="has 7 answers but DATASET.ANSWER_VOCAB_SIZE is 3129"):
+    with pytest.raises(AnswerVocabError, match=r"DATASET.ANSWER_VOCAB_SIZE is 3129 but the answer vocabulary .* "
+                                               r"\(DATASET.ANSWER_VOCAB_FILE\) has 7 answers; set .* to 7"):
         make(tmp_path, answer_vocab_size=3129)
     with pytest.raises(VQADataError, match=r"unknown VQA split\(s\) \['val2015'\]"):
         make(tmp_path, "train2014+val2015")

@@ -106,11 +106,11 @@ class VQADataset(Dataset):
 
     Raises:
         FileNotFoundError: one message listing every missing file or folder of the splits.
-        VQADataError: unknown split or BOXES, annotations for a test split, a vocabulary of the
-            wrong size; per item: no feature file for the question's image, a malformed feature
+        VQADataError: unknown split or BOXES, annotations for a test split; per item: no feature file for the question's image, a malformed feature
             file (names the file, question and image id).
-        VqaFileError / AnswerVocabError: malformed question, annotation or answer files, or question
-            and annotation files of different splits.
+        VqaFileError / AnswerVocabError: malformed question, annotation or answer files, question
+            and annotation files of different splits, or an answer file that is not
+            ``answer_vocab_size`` long.
     """
 
     # Read by common.data.build.make_dataloader: -1 would pass the model's box mask (> -1.5).
@@ -136,9 +136,8 @@ class VQADataset(Dataset):
         self.files = [split_files(data_path, s, boxes, zip_mode, test_mode) for s in splits]
         self._check_paths(answer_vocab_file)
         self.answer_vocab = AnswerVocab.from_file(answer_vocab_file)
-        if answer_vocab_size is not None and len(self.answer_vocab) != answer_vocab_size:
-            raise VQADataError("{} has {} answers but DATASET.ANSWER_VOCAB_SIZE is {}".format(
-                answer_vocab_file, len(self.answer_vocab), answer_vocab_size))
+        if answer_vocab_size is not None:
+            self.answer_vocab.check_size(answer_vocab_size)
         self.database = self._load_questions()
         self._caches = [FeatureCache(f[3]) if os.path.isdir(f[3]) else None for f in self.files]
         for cache in self._caches:
