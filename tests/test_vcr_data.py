@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import zipfile
 
 import numpy as np
@@ -8,6 +9,7 @@ import torch
 from PIL import Image
 
 from common.data import transforms as T
+from common.data.loading import ImageSizeWarning
 from common.data.tokenizer import build_tokenizer
 from common.data.zipreader import ZipReader
 from vcr.data.vcr import VCRDataError, VCRDataset, align_matrix, keep_only_relevant, polygon_mask
@@ -305,6 +307,37 @@ def test_error_malformed_polygon(tmp_path):
     meta = dict(META, segms=META["segms"][:3] + [[[[0, 30], [79, 30, 1], [79, 39]]]])
     msg = _error(tmp_path, get=True, meta=meta)
     assert "a.json (for" in msg and "'segms' of object 3: a polygon must be a list of [x, y] points" in msg
+
+
+def rotate_by_exif(root):
+    """Re-save a.jpg (80 x 40 stored) with EXIF orientation 6: decoded 40 wide x 80 high."""
+    path = os.path.join(root, "vcr1images", "m", "a.jpg")
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.open(path).save(path, exif=exif)
+
+
+def test_exif_rotated_image_with_boxes_beyond_it_is_an_error(tmp_path):
+    root = write_vcr(str(tmp_path))
+    rotate_by_exif(root)
+    with pytest.raises(VCRDataError) as info:
+        make_dataset(root)[0]
+    msg = str(info.value)
+    assert re.search(r"m/a\.jpg is 40x80 pixels as decoded \(EXIF orientation applied\) but 80x40 in .*m/a\.json "
+                     r"\(for .*val\.jsonl line 1\), and the box \[40\.0, 10\.0, 59\.0, 39\.0\] reaches beyond "
+                     r"the decoded image", msg), msg
+
+
+def test_exif_rotated_image_with_boxes_inside_it_warns(tmp_path):
+    boxes = [[10, 5, 29, 24, 0.9], [0, 40, 39, 79, 0.8], [5, 5, 6, 6, 0.7], [0, 0, 40, 80, 0.6]]
+    root = write_vcr(str(tmp_path), meta=dict(META, boxes=boxes))
+    rotate_by_exif(root)
+    ds = make_dataset(root)
+    with pytest.warns(ImageSizeWarning, match=r"m/a\.jpg is 40x80 pixels as decoded .* but 80x40 in .*a\.json .*; its boxes fit the "
+                                              r"decoded image and are used as they are"):
+        item = dict(zip(ds.data_names, ds[0]))
+    assert item["im_info"][:2].tolist() == [40, 80]
+    assert item["boxes"][1:, :4].tolist() == [b[:4] for b in boxes[:3]] + [[0, 0, 39, 79]]
 
 
 def test_error_missing_vocab(tmp_path):

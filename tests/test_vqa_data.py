@@ -219,3 +219,16 @@ def test_padded_boxes_are_outside_the_model_box_mask(tmp_path):
     assert boxes.shape == (3, 4, 4 + 2048)
     assert box_mask(boxes).tolist() == [[True] * 4, [True] * 4, [True] * 3 + [False]]
     assert (boxes[2, 3] == -2).all()
+
+
+def test_end_to_end_image_rotated_by_exif_away_from_its_boxes_is_an_error(tmp_path):
+    coco = write_data(tmp_path)
+    path = str(coco / "val2014" / "COCO_val2014_000000000042.jpg")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored 24 x 36, decoded 36 wide x 24 high
+    Image.open(path).save(path, exif=exif)
+    ds = make(tmp_path, "val2014", with_precomputed_visual_feat=False)
+    with pytest.raises(VQADataError, match=r"COCO_val2014_000000000042\.jpg is 36x24 pixels as decoded \(EXIF orientation "
+                                           r"applied\) but 24x36 in the regions of question_id 421 \(image_id 42\), and "
+                                           r"the box \[5\.0, 5\.0, 34\.0, 35\.0\] reaches beyond the decoded image"):
+        ds[0]

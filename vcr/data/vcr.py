@@ -13,7 +13,7 @@ from pytorch_pretrained_bert import BasicTokenizer
 from skimage.draw import polygon as draw_polygon
 from torch.utils.data import Dataset
 
-from common.data.loading import load_image, load_json, read_json_lines
+from common.data.loading import check_image_size, load_image, load_json, read_json_lines
 from common.data.samplers import resolve_key
 from common.errors import UserInputError
 from common.data.tokenizer import build_tokenizer
@@ -173,7 +173,11 @@ class VCRDataset(Dataset):
     Raises:
         VCRDataError / FileNotFoundError: bad or missing data, naming the file (and the jsonl
             line): missing annotation/image/metadata file, undecodable image, invalid JSON,
-            missing field, object index out of range, box count != object count.
+            missing field, object index out of range, box count != object count, a malformed
+            polygon, an image whose decoded (EXIF-rotated) size is not the metadata's ``width`` /
+            ``height`` with a box beyond it.
+    Warns:
+        common.data.loading.ImageSizeWarning: decoded size unlike the metadata's, boxes within it.
     """
 
     def __init__(self, ann_file, image_set, data_path, tokenizer, transform=None, task="Q2A", test_mode=False,
@@ -374,6 +378,9 @@ class VCRDataset(Dataset):
                 except (TypeError, ValueError) as e:
                     raise VCRDataError("{} (for {} line {}): 'segms' of object {}: {}".format(
                         ann["metadata_fn"], self.ann_file, ann["line"], o, e)) from None
+        recorded = (meta["width"], meta["height"]) if "width" in meta and "height" in meta else None
+        check_image_size(ann["img_fn"], size, recorded, "{} (for {} line {})".format(
+            ann["metadata_fn"], self.ann_file, ann["line"]), boxes, error=VCRDataError)
         if self.add_image_as_a_box:
             w, h = size
             boxes = torch.cat([torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0, 1.0, 0.0]]), boxes])
