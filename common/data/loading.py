@@ -64,7 +64,7 @@ def check_image_size(image_path, size, recorded_size, recorded_in, boxes, error=
     if len(outside):
         box = [round(float(v), 2) for v in boxes[int(outside[0]), :4]]
         raise error("{}, and the box {} reaches beyond the decoded image: the boxes are for another "
-                             "orientation or size of the image; fix the metadata or the image".format(sizes, box))
+                    "orientation or size of the image; fix the metadata or the image".format(sizes, box))
     warnings.warn(ImageSizeWarning("{}; its boxes fit the decoded image and are used as they are".format(sizes)),
                   stacklevel=2)
 
