@@ -16,6 +16,7 @@ import contextlib
 import os
 import pickle
 import re
+import zipfile
 
 import torch
 
@@ -86,6 +87,9 @@ def load_tensors(path, what="weights file", allowed_globals=()):
         if refused:
             name = refused.group(1)  # torch names builtins without their module
             raise _refused(path, what, name if "." in name else "builtins." + name) from None
+        name = _callable_in_plain_pickle(path)
+        if name:
+            raise _refused(path, what, name) from None
         raise UnreadableFileError("{} is not a readable {} ({})".format(path, what, _reason(e))) from None
     except Exception as e:  # truncated zip, wrong magic number, ...: all mean a bad file
         raise UnreadableFileError("{} is not a readable {} ({}: {})".format(
@@ -93,7 +97,11 @@ def load_tensors(path, what="weights file", allowed_globals=()):
 
 
 class _Refused(pickle.UnpicklingError):
-    """A global outside :data:`_PLAIN_GLOBALS`; its message is the refused name."""
+    """Something a plain pickle may not hold; its message is what was refused."""
+
+
+class _RefusedGlobal(_Refused):
+    """A global outside :data:`_PLAIN_GLOBALS`; its message is the refused ``module.name``."""
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -103,10 +111,29 @@ class _PlainUnpickler(pickle.Unpickler):
         module = "builtins" if module == "__builtin__" else module  # Python 2 pickles (and protocols < 3)
         if (module, name) in _PLAIN_GLOBALS:
             return super().find_class(module, name)
-        raise _Refused("{}.{}".format(module, name))
+        raise _RefusedGlobal("{}.{}".format(module, name))
 
     def persistent_load(self, pid):
         raise _Refused("a persistent object ({!r})".format(pid))
+
+
+def _callable_in_plain_pickle(path):
+    """The first callable that a plain (not zip) pickle file names outside :data:`_PLAIN_GLOBALS`, or None.
+
+    torch's weights-only unpickler stops at opcodes it lacks (protocol 4's FRAME: "Unsupported operand
+    149") before it reaches the file's globals; :class:`_PlainUnpickler` reads every protocol and calls
+    nothing it refuses. Only the first pickle is read: a legacy torch file starts with its magic number.
+    """
+    if zipfile.is_zipfile(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            _PlainUnpickler(f).load()
+    except _RefusedGlobal as e:
+        return str(e)
+    except Exception:  # a persistent id, a truncated or foreign file: torch's reason stands
+        return None
+    return None
 
 
 def load_pickle(path, what="pickle file", encoding="utf-8"):

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import zipfile
 
 import numpy as np
@@ -8,6 +9,7 @@ import torch
 from PIL import Image
 
 from common.data import transforms as T
+from common.data.loading import ImageSizeWarning
 from common.data.tokenizer import build_tokenizer
 from common.data.zipreader import ZipReader
 from vcr.data.vcr import VCRDataError, VCRDataset, align_matrix, keep_only_relevant, polygon_mask
@@ -208,6 +210,40 @@ def test_align_matrix_and_polygon_mask():
     assert m[:, :2].sum() == 8 and m[:, 3].sum() == 0
 
 
+def skimage_mask(polygons, box, m):
+    """The reference's rule, written out: vertices in float32 box-relative mask cells ((x - x1) * m / box
+    width in pixels, inclusive), clamped into [0, m - 1], filled by skimage.draw.polygon; parts are OR-ed."""
+    from skimage.draw import polygon
+    mask = np.zeros((m, m), np.float32)
+    for poly in polygons:
+        xy = np.asarray(poly, np.float32)
+        x = (xy[:, 0] - np.float32(box[0])) * np.float32(m / (box[2] - box[0] + 1))
+        y = (xy[:, 1] - np.float32(box[1])) * np.float32(m / (box[3] - box[1] + 1))
+        rr, cc = polygon(np.clip(y, 0, m - 1), np.clip(x, 0, m - 1))
+        mask[rr, cc] = 1
+    return mask
+
+
+# Per object of LINE (boxes of META): concave, tiny (inside a cell), out of the box and the image, two parts.
+CRAFTED_SEGMS = [
+    [[[10, 5], [29, 5], [29, 24], [20.3, 11.7], [10, 24]]],  # a V: concave
+    [[[45.1, 20.2], [45.6, 20.3], [45.3, 20.9]]],  # 0.5 x 0.7 pixels, under one 1.4 x 2.1 pixel cell
+    [[[55.5, -6.2], [92.4, -3], [84, 13.6], [66.7, 25.1]]],  # beyond the box's left and bottom, the image's top/right
+    [[[0, 30], [13.7, 31.2], [6.2, 38.9]], [[50.4, 33.3], [79, 30], [79, 39], [61.8, 36.6]]],  # two parts
+]
+
+
+def test_masks_are_the_references_skimage_polygons(tmp_path):
+    root = write_vcr(str(tmp_path), meta=dict(META, segms=CRAFTED_SEGMS))
+    ds = make_dataset(root)
+    masks = dict(zip(ds.data_names, ds[0]))["masks"].numpy()
+    assert masks.shape == (5, 14, 14) and masks[0].min() == 1.0  # the image box
+    for o, segms in enumerate(CRAFTED_SEGMS):
+        np.testing.assert_array_equal(masks[o + 1], skimage_mask(segms, META["boxes"][o], 14), err_msg=str(o))
+    # the tiny polygon covers no cell centre: an empty mask (an outline drawing would mark a cell)
+    assert masks[1:].sum((1, 2)).tolist() == [136, 0, 136, 50]
+
+
 # ---------------------------------------------------------------- bad data
 def _error(tmp_path, exc=VCRDataError, get=False, **kw):
     root = write_vcr(str(tmp_path), **kw)
@@ -265,6 +301,43 @@ def test_error_box_count_mismatch(tmp_path):
     meta = dict(META, boxes=META["boxes"][:2])
     msg = _error(tmp_path, get=True, meta=meta)
     assert "a.json (for" in msg and "one box per object (4 objects), got 2 boxes" in msg
+
+
+def test_error_malformed_polygon(tmp_path):
+    meta = dict(META, segms=META["segms"][:3] + [[[[0, 30], [79, 30, 1], [79, 39]]]])
+    msg = _error(tmp_path, get=True, meta=meta)
+    assert "a.json (for" in msg and "'segms' of object 3: a polygon must be a list of [x, y] points" in msg
+
+
+def rotate_by_exif(root):
+    """Re-save a.jpg (80 x 40 stored) with EXIF orientation 6: decoded 40 wide x 80 high."""
+    path = os.path.join(root, "vcr1images", "m", "a.jpg")
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.open(path).save(path, exif=exif)
+
+
+def test_exif_rotated_image_with_boxes_beyond_it_is_an_error(tmp_path):
+    root = write_vcr(str(tmp_path))
+    rotate_by_exif(root)
+    with pytest.raises(VCRDataError) as info:
+        make_dataset(root)[0]
+    msg = str(info.value)
+    assert re.search(r"m/a\.jpg is 40x80 pixels as decoded \(EXIF orientation applied\) but 80x40 in .*m/a\.json "
+                     r"\(for .*val\.jsonl line 1\), and the box \[40\.0, 10\.0, 59\.0, 39\.0\] reaches beyond "
+                     r"the decoded image", msg), msg
+
+
+def test_exif_rotated_image_with_boxes_inside_it_warns(tmp_path):
+    boxes = [[10, 5, 29, 24, 0.9], [0, 40, 39, 79, 0.8], [5, 5, 6, 6, 0.7], [0, 0, 40, 80, 0.6]]
+    root = write_vcr(str(tmp_path), meta=dict(META, boxes=boxes))
+    rotate_by_exif(root)
+    ds = make_dataset(root)
+    with pytest.warns(ImageSizeWarning, match=r"m/a\.jpg is 40x80 pixels as decoded .* but 80x40 in .*a\.json .*; its boxes fit the "
+                                              r"decoded image and are used as they are"):
+        item = dict(zip(ds.data_names, ds[0]))
+    assert item["im_info"][:2].tolist() == [40, 80]
+    assert item["boxes"][1:, :4].tolist() == [b[:4] for b in boxes[:3]] + [[0, 0, 39, 79]]
 
 
 def test_error_missing_vocab(tmp_path):

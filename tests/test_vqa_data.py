@@ -14,6 +14,7 @@ from common.data.feature_cache import write_feature_cache
 from common.data.region_features import RegionFeatures, feature_json_dict, iter_feature_folder, write_feature_json
 from common.data.tokenizer import build_tokenizer
 from common.data.zipreader import ZipReader
+from vqa.data.answers import AnswerVocabError
 from vqa.data.vqa import VQADataError, VQADataset
 from vqa.data.vqa_files import VqaFileError
 from vqa.function.config import load_config
@@ -171,7 +172,8 @@ def test_data_errors_name_the_file_and_the_question(tmp_path):
     (folder / "9.json").write_text(json.dumps(record))
     with pytest.raises(VQADataError, match=r"question_id 91 \(image_id 9\): .*9\.json \(image_id 9\): num_boxes is 5"):
         ds[0]
-    with pytest.raises(VQADataError, match="has 7 answers but DATASET.ANSWER_VOCAB_SIZE is 3129"):
+    with pytest.raises(AnswerVocabError, match=r"DATASET.ANSWER_VOCAB_SIZE is 3129 but the answer vocabulary .* "
+                                               r"\(DATASET.ANSWER_VOCAB_FILE\) has 7 answers; set .* to 7"):
         make(tmp_path, answer_vocab_size=3129)
     with pytest.raises(VQADataError, match=r"unknown VQA split\(s\) \['val2015'\]"):
         make(tmp_path, "train2014+val2015")
@@ -217,3 +219,16 @@ def test_padded_boxes_are_outside_the_model_box_mask(tmp_path):
     assert boxes.shape == (3, 4, 4 + 2048)
     assert box_mask(boxes).tolist() == [[True] * 4, [True] * 4, [True] * 3 + [False]]
     assert (boxes[2, 3] == -2).all()
+
+
+def test_end_to_end_image_rotated_by_exif_away_from_its_boxes_is_an_error(tmp_path):
+    coco = write_data(tmp_path)
+    path = str(coco / "val2014" / "COCO_val2014_000000000042.jpg")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored 24 x 36, decoded 36 wide x 24 high
+    Image.open(path).save(path, exif=exif)
+    ds = make(tmp_path, "val2014", with_precomputed_visual_feat=False)
+    with pytest.raises(VQADataError, match=r"COCO_val2014_000000000042\.jpg is 36x24 pixels as decoded \(EXIF orientation "
+                                           r"applied\) but 24x36 in the regions of question_id 421 \(image_id 42\), and "
+                                           r"the box \[5\.0, 5\.0, 34\.0, 35\.0\] reaches beyond the decoded image"):
+        ds[0]

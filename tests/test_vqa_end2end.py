@@ -156,3 +156,16 @@ def test_end_to_end_image_mode_trains_the_resnet_over_the_given_boxes(inputs, tm
     # (the shortcut conv: the zero-init residual branch gets no gradient while its last BN gain is 0)
     moved = trained[prefix + "layer3.0.downsample.0.weight"] - loaded["layer3.0.downsample.0.weight"]
     assert moved.abs().max() > 1e-4  # res4 learns through RoIAlign over the given boxes
+
+
+def test_a_vocabulary_size_unlike_the_answer_file_stops_before_the_model(inputs, tmp_path, capsys):
+    """DATASET.ANSWER_VOCAB_SIZE sizes the classifier; the answer file decides the labels: a mismatch is
+    named with both numbers and the file before anything is built or written."""
+    answers = os.path.join(inputs.coco, "vqa", "answers_vqa.txt")
+    code = run_entry("train_end2end.py", ["--cfg", CFGS["base_4x16G_fp32"], "--model-dir", str(tmp_path), "--opts"]
+                     + inputs.opts(DATASET__ANSWER_VOCAB_SIZE=5))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert re.fullmatch(r"error: DATASET\.ANSWER_VOCAB_SIZE is 5 but the answer vocabulary {} \(DATASET\.ANSWER_VOCAB_FILE\) "
+                        r"has 7 answers; set DATASET\.ANSWER_VOCAB_SIZE to 7[^\n]*\n".format(re.escape(answers)), err), err
+    assert not os.path.exists(output_folder(tmp_path, "base_4x16G_fp32"))

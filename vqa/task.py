@@ -66,7 +66,20 @@ class VQATask(Task):
                 metrics.add(metric)
         return metrics
 
-    check_config = staticmethod(check_config)
+    def check_config(self, cfg, source="config"):
+        """The config keys (:func:`vqa.function.config.check_config`), then DATASET.ANSWER_VOCAB_SIZE
+        against DATASET.ANSWER_VOCAB_FILE, before the classifier is built from the size.
+
+        Raises:
+            common.config.ConfigError: a value the task refuses (names the key).
+            AnswerVocabError: the file has another number of answers, or is malformed.
+        """
+        check_config(cfg, source)
+        try:
+            vocab = AnswerVocab.from_file(cfg.DATASET.ANSWER_VOCAB_FILE)
+        except FileNotFoundError:  # reported with the data set's other missing files
+            return
+        vocab.check_size(cfg.DATASET.ANSWER_VOCAB_SIZE)
 
     def init_after_pretrain(self, cfg, model):
         if cfg.NETWORK.CLASSIFIER_PRETRAINED:

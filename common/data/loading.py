@@ -1,6 +1,7 @@
 """Loading images and JSON from folders or zip archives, with errors that name the file."""
 import io
 import json
+import warnings
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
@@ -27,6 +28,45 @@ def load_image(path):
         raise UserInputError("cannot decode image '{}': {}".format(path, e)) from None
     image = ImageOps.exif_transpose(image)
     return image.convert("RGB") if image.mode != "RGB" else image
+
+
+class ImageSizeWarning(UserWarning):
+    """A decoded image is not the size its metadata gives, but its boxes fit it (see :func:`check_image_size`)."""
+
+
+def check_image_size(image_path, size, recorded_size, recorded_in, boxes, error=UserInputError):
+    """Compare a decoded image with the size its metadata gives, before its boxes are clipped to it.
+
+    EXIF orientation is applied when decoding (:func:`load_image`), so a photo whose metadata was
+    measured on the stored pixels comes out with width and height swapped; clipping boxes of the other
+    orientation to it would cut them silently.
+
+    Args:
+        image_path (str): the image, for messages.
+        size (tuple of int): ``(width, height)`` of the decoded image.
+        recorded_size (tuple of number or None): ``(width, height)`` from the metadata; None checks nothing.
+        recorded_in (str): where ``recorded_size`` comes from (a file), for messages.
+        boxes (tensor): float ``(K, >= 4)`` ``x1, y1, x2, y2`` pixels of the metadata's image.
+        error: exception class raised (a :class:`UserInputError` subclass).
+    Warns:
+        ImageSizeWarning: the sizes differ and every box lies within the decoded image (``x2 <= width``,
+            ``y2 <= height``): the boxes are used as they are.
+    Raises:
+        error: the sizes differ and a box reaches beyond the decoded image (names the image,
+            both sizes and the box).
+    """
+    if recorded_size is None or tuple(size) == tuple(recorded_size):
+        return
+    w, h = size
+    sizes = "{} is {}x{} pixels as decoded (EXIF orientation applied) but {}x{} in {}".format(
+        image_path, w, h, *recorded_size, recorded_in)
+    outside = ((boxes[:, 2] > w) | (boxes[:, 3] > h)).nonzero()
+    if len(outside):
+        box = [round(float(v), 2) for v in boxes[int(outside[0]), :4]]
+        raise error("{}, and the box {} reaches beyond the decoded image: the boxes are for another "
+                    "orientation or size of the image; fix the metadata or the image".format(sizes, box))
+    warnings.warn(ImageSizeWarning("{}; its boxes fit the decoded image and are used as they are".format(sizes)),
+                  stacklevel=2)
 
 
 def load_json(path):

@@ -8,13 +8,13 @@ import os
 import torch
 from torch.utils.data import Dataset
 
-from common.data.loading import load_image
+from common.data.loading import check_image_size, load_image
 from common.data.samplers import resolve_key
 from common.data.skips import SkipCounter, read_or_skip
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import clip_boxes_
 
-from .conceptual_captions import INDEX_FILE, load_detections, read_caption_index
+from .conceptual_captions import INDEX_FILE, CaptionDataError, load_detections, read_caption_index
 from .masking import WholeWordMasker, mask_regions, region_pixel_mask, whole_image_feature
 from .truncation import truncate_text_and_regions
 
@@ -53,7 +53,11 @@ class ConceptualCaptionsDataset(Dataset):
 
     Raises:
         common.data.skips.TooManySkipsError: unreadable images past the allowed share.
-        CaptionDataError / FileNotFoundError: a broken or missing detector file (no tolerance).
+        CaptionDataError / FileNotFoundError: a broken or missing detector file (no tolerance), or an
+            image whose decoded (EXIF-rotated) size is not the file's ``image_w`` / ``image_h`` with a
+            box beyond it.
+    Warns:
+        common.data.loading.ImageSizeWarning: decoded size unlike the detector file's, boxes within it.
     """
 
     data_names = ["image", "boxes", "im_info", "text", "relationship_label", "mlm_labels", "mvrc_ops",
@@ -118,8 +122,12 @@ class ConceptualCaptionsDataset(Dataset):
     def __getitem__(self, key):
         index, generator = resolve_key(key)
         index, image = self._readable(index)
-        det = load_detections(self.records[index].frcnn, with_features=self.precomputed)
+        record = self.records[index]
+        det = load_detections(record.frcnn, with_features=self.precomputed)
         boxes = det.boxes.clone()
+        if image is not None:
+            check_image_size(record.image, image.size, (det.width, det.height), "detector file '{}'".format(
+                record.frcnn), boxes, error=CaptionDataError)
         w0, h0 = (det.width, det.height) if image is None else image.size
         if self.add_image_as_a_box:
             boxes = torch.cat([torch.tensor([[0.0, 0.0, w0 - 1.0, h0 - 1.0]]), boxes])

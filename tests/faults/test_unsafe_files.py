@@ -44,12 +44,14 @@ REFUSED = {"os.system": "posix.system", "exec": "builtins.exec", "eval": "builti
 
 def write_evil(path, payload, fmt="zip"):
     """A checkpoint-shaped dict with the payload inside: torch.save's zip or legacy format, or a plain
-    pickle (no tensors: pickling one names a torch global first, which is refused before the payload)."""
-    tensors = {"w": torch.zeros(2)} if fmt != "pickle" else {}
+    pickle of protocol 2 or the highest (framed) one (no tensors: pickling one names a torch global
+    first, which is refused before the payload)."""
+    plain = fmt.startswith("pickle")
+    tensors = {} if plain else {"w": torch.zeros(2)}
     obj = {"state_dict": tensors, "optimizer": {}, "extra": payload}
-    if fmt == "pickle":
+    if plain:
         with open(path, "wb") as f:
-            pickle.dump(obj, f, protocol=2)
+            pickle.dump(obj, f, protocol=2 if fmt == "pickle" else pickle.HIGHEST_PROTOCOL)
     else:
         torch.save(obj, str(path), _use_new_zipfile_serialization=fmt == "zip")
     return str(path)
@@ -81,7 +83,7 @@ def bert_network(bert_pretrained, folder=""):
                         VLBERT=CfgNode()))
 
 
-@pytest.mark.parametrize("fmt", ["zip", "legacy", "pickle"])
+@pytest.mark.parametrize("fmt", ["zip", "legacy", "pickle", "pickle-highest"])
 @pytest.mark.parametrize("kind", sorted(REFUSED))
 def test_every_tensor_loading_path_refuses_code(kind, fmt, tmp_path, force_no_weights_only):
     marker = tmp_path / "created_by_pickle"

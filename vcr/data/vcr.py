@@ -8,13 +8,12 @@ of the object's box, which is how VL-BERT grounds text in regions.
 """
 import os
 
-import numpy as np
 import torch
-from PIL import Image, ImageDraw
 from pytorch_pretrained_bert import BasicTokenizer
+from skimage.draw import polygon as draw_polygon
 from torch.utils.data import Dataset
 
-from common.data.loading import load_image, load_json, read_json_lines
+from common.data.loading import check_image_size, load_image, load_json, read_json_lines
 from common.data.samplers import resolve_key
 from common.errors import UserInputError
 from common.data.tokenizer import build_tokenizer
@@ -88,25 +87,41 @@ def keep_only_relevant(texts):
 
 
 def polygon_mask(polygons, box, mask_size):
-    """Rasterise an object's polygons into a ``mask_size`` grid spanning its box.
+    """Rasterise an object's polygons into a ``mask_size`` grid spanning its box, as the reference does
+    (``common/utils/mask.py`` ``generate_instance_mask`` of jackroos/VL-BERT).
+
+    Each vertex is moved into mask cells in float32, ``(x - x1) * mw / (x2 - x1 + 1)`` and
+    ``(y - y1) * mh / (y2 - y1 + 1)``, clamped into ``[0, mw - 1]`` and ``[0, mh - 1]``; the cells
+    ``skimage.draw.polygon`` fills (centre inside or on the outline: a polygon around no cell centre
+    marks nothing) are set, OR-ed over the parts. (The reference's square masks cannot tell its
+    ``mask_size[0]`` on x from the width used here.)
 
     Args:
-        polygons (list of list of [x, y]): image pixel coordinates.
-        box (sequence): ``x1, y1, x2, y2`` (inclusive pixels).
+        polygons (list of list of [x, y]): the object's parts, image pixel coordinates; an empty
+            part marks nothing.
+        box (sequence): ``x1, y1, x2, y2`` (inclusive pixels); more values are ignored.
         mask_size (tuple): ``(height, width)`` of the mask.
     Returns:
         float32 tensor ``mask_size`` of 0/1.
+    Raises:
+        ValueError: a part that is not a list of ``[x, y]`` pairs.
     """
     mh, mw = mask_size
-    sx = mw / (box[2] - box[0] + 1)
-    sy = mh / (box[3] - box[1] + 1)
-    canvas = Image.new("L", (mw, mh), 0)
-    draw = ImageDraw.Draw(canvas)
+    mask = torch.zeros(mask_size)
     for poly in polygons:
-        pts = [(min(max((x - box[0]) * sx, 0), mw - 1), min(max((y - box[1]) * sy, 0), mh - 1)) for x, y in poly]
-        if len(pts) >= 2:
-            draw.polygon(pts, fill=1)
-    return torch.from_numpy(np.asarray(canvas, dtype=np.float32).copy())
+        if len(poly) == 0:
+            continue
+        try:
+            xy = torch.as_tensor(poly, dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError):  # ragged or not numbers
+            xy = None
+        if xy is None or xy.dim() != 2 or xy.shape[1] != 2:
+            raise ValueError("a polygon must be a list of [x, y] points, got {}".format(str(poly)[:80]))
+        x = ((xy[:, 0] - box[0]) * (mw / (box[2] - box[0] + 1))).clamp(0, mw - 1)
+        y = ((xy[:, 1] - box[1]) * (mh / (box[3] - box[1] + 1))).clamp(0, mh - 1)
+        rr, cc = draw_polygon(y.numpy(), x.numpy())
+        mask[rr, cc] = 1.0
+    return mask
 
 
 class VCRDataset(Dataset):
@@ -158,7 +173,11 @@ class VCRDataset(Dataset):
     Raises:
         VCRDataError / FileNotFoundError: bad or missing data, naming the file (and the jsonl
             line): missing annotation/image/metadata file, undecodable image, invalid JSON,
-            missing field, object index out of range, box count != object count.
+            missing field, object index out of range, box count != object count, a malformed
+            polygon, an image whose decoded (EXIF-rotated) size is not the metadata's ``width`` /
+            ``height`` with a box beyond it.
+    Warns:
+        common.data.loading.ImageSizeWarning: decoded size unlike the metadata's, boxes within it.
     """
 
     def __init__(self, ann_file, image_set, data_path, tokenizer, transform=None, task="Q2A", test_mode=False,
@@ -354,7 +373,14 @@ class VCRDataset(Dataset):
             boxes[i, :len(box)] = torch.tensor(box)
             boxes[i, 5] = CATEGORY_TO_INDEX.get(objects[o], 0)
             if segms is not None:
-                masks[i] = polygon_mask(segms[o], box, self.mask_size)
+                try:
+                    masks[i] = polygon_mask(segms[o], box, self.mask_size)
+                except (TypeError, ValueError) as e:
+                    raise VCRDataError("{} (for {} line {}): 'segms' of object {}: {}".format(
+                        ann["metadata_fn"], self.ann_file, ann["line"], o, e)) from None
+        recorded = (meta["width"], meta["height"]) if "width" in meta and "height" in meta else None
+        check_image_size(ann["img_fn"], size, recorded, "{} (for {} line {})".format(
+            ann["metadata_fn"], self.ann_file, ann["line"]), boxes, error=VCRDataError)
         if self.add_image_as_a_box:
             w, h = size
             boxes = torch.cat([torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0, 1.0, 0.0]]), boxes])

@@ -165,6 +165,7 @@ class AnswerVocab:
 
     def __init__(self, answers, source="answer list"):
         self.answers = [a if a == UNK else normalize_answer(a) for a in answers]
+        self.source = source
         if UNK not in self.answers:
             raise AnswerVocabError("{}: no '{}' line; the answer vocabulary needs one for answers outside "
                                    "it (the reference's answers_vqa.txt has it on the first line)".format(source, UNK))
@@ -190,6 +191,19 @@ class AnswerVocab:
 
     def __len__(self):
         return len(self.answers)
+
+    def check_size(self, size):
+        """Stop unless the vocabulary has ``size`` answers (``DATASET.ANSWER_VOCAB_SIZE``, the classifier's
+        outputs).
+
+        Raises:
+            AnswerVocabError: another number of answers (names both numbers and the file).
+        """
+        if len(self) != size:
+            raise AnswerVocabError("DATASET.ANSWER_VOCAB_SIZE is {} but the answer vocabulary {} "
+                                   "(DATASET.ANSWER_VOCAB_FILE) has {} answers; set DATASET.ANSWER_VOCAB_SIZE to {} "
+                                   "(the classifier has one output per answer)".format(size, self.source, len(self),
+                                                                                       len(self)))
 
     def __contains__(self, answer):
         return answer in self._index

@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 
 from common.data.build import register_dataset
 from common.data.feature_cache import FeatureCache, FeatureCacheError
-from common.data.loading import load_image
+from common.data.loading import check_image_size, load_image
 from common.data.region_features import FeatureFileError, feature_json_path, read_feature_json
 from common.data.samplers import resolve_key
 from common.data.tokenizer import build_tokenizer
@@ -106,11 +106,15 @@ class VQADataset(Dataset):
 
     Raises:
         FileNotFoundError: one message listing every missing file or folder of the splits.
-        VQADataError: unknown split or BOXES, annotations for a test split, a vocabulary of the
-            wrong size; per item: no feature file for the question's image, a malformed feature
-            file (names the file, question and image id).
-        VqaFileError / AnswerVocabError: malformed question, annotation or answer files, or question
-            and annotation files of different splits.
+        VQADataError: unknown split or BOXES, annotations for a test split; per item: no feature file
+            for the question's image, a malformed feature file (names the file, question and image
+            id), an image whose decoded (EXIF-rotated) size is not the features' ``image_w`` /
+            ``image_h`` with a box beyond it.
+    Warns:
+        common.data.loading.ImageSizeWarning: end to end, decoded size unlike the features', boxes within it.
+        VqaFileError / AnswerVocabError: malformed question, annotation or answer files, question
+            and annotation files of different splits, or an answer file that is not
+            ``answer_vocab_size`` long.
     """
 
     # Read by common.data.build.make_dataloader: -1 would pass the model's box mask (> -1.5).
@@ -136,9 +140,8 @@ class VQADataset(Dataset):
         self.files = [split_files(data_path, s, boxes, zip_mode, test_mode) for s in splits]
         self._check_paths(answer_vocab_file)
         self.answer_vocab = AnswerVocab.from_file(answer_vocab_file)
-        if answer_vocab_size is not None and len(self.answer_vocab) != answer_vocab_size:
-            raise VQADataError("{} has {} answers but DATASET.ANSWER_VOCAB_SIZE is {}".format(
-                answer_vocab_file, len(self.answer_vocab), answer_vocab_size))
+        if answer_vocab_size is not None:
+            self.answer_vocab.check_size(answer_vocab_size)
         self.database = self._load_questions()
         self._caches = [FeatureCache(f[3]) if os.path.isdir(f[3]) else None for f in self.files]
         for cache in self._caches:
@@ -231,6 +234,8 @@ class VQADataset(Dataset):
                 image = load_image(path)
             except (FileNotFoundError, UserInputError) as e:
                 raise VQADataError("question_id {}: {}".format(q["question_id"], e)) from None
+            check_image_size(path, image.size, (regions.image_w, regions.image_h), "the regions of question_id {} "
+                             "(image_id {})".format(q["question_id"], q["image_id"]), boxes, error=VQADataError)
             w, h = image.size
         if self.add_image_as_a_box:
             boxes = torch.cat((torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0]]), boxes))
