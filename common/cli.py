@@ -50,14 +50,15 @@ def config_from_args(args, load_config):
 def run_main(main):
     """Run ``main()`` with the process's logging started (:func:`common.logs.start_logging`); a user
     mistake (bad config, missing data, model or checkpoint file) ends the process with its message
-    and exit code 2 instead of a traceback."""
+    (one ``error:`` line per mistake when it lists several) and exit code 2 instead of a traceback."""
     from common.checkpoint import CheckpointError  # imported late: it pulls in the trainer
 
     start_logging()
     try:
         return main()
     except (UserInputError, FileNotFoundError, CheckpointError) as e:
-        print("error: {}".format(e), file=sys.stderr)
+        for line in getattr(e, "lines", None) or [str(e)]:
+            print("error: {}".format(line), file=sys.stderr)
         sys.exit(2)
 
 

@@ -13,10 +13,16 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from common.logs import get_logger
+
 # A collective that waits longer than this raises instead of hanging forever. Long enough for
 # a rank-0-only step (saving a large checkpoint, evaluating) between two collectives.
 DEFAULT_TIMEOUT_S = 1800
 DEFAULT_MASTER_PORT = "29500"
+# Under SLURM without MASTER_PORT the port is SLURM_PORT_BASE + SLURM_JOB_ID % SLURM_PORT_SPAN, in
+# [20000, 30000): below Linux's ephemeral ports (32768+), and two jobs sharing a node get different
+# ports unless their ids differ by a multiple of 10000.
+SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -54,8 +60,8 @@ def slurm_env(environ=None, hostnames=None):
             SLURM_LOCALID and SLURM_NODELIST (set by ``srun``).
         hostnames (callable): nodelist -> list of host names; defaults to ``scontrol show hostnames``.
     Returns:
-        dict with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (first node), MASTER_PORT
-        (``MASTER_PORT`` if set, else 29500).
+        dict with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (first node), MASTER_PORT: ``MASTER_PORT``
+        if set, else derived from SLURM_JOB_ID (:func:`slurm_job_port`), else 29500.
     Raises:
         RuntimeError: a SLURM variable is missing (not started by ``srun``).
     """
@@ -71,8 +77,16 @@ def slurm_env(environ=None, hostnames=None):
         "WORLD_SIZE": environ["SLURM_NTASKS"],
         "LOCAL_RANK": environ["SLURM_LOCALID"],
         "MASTER_ADDR": hostnames(environ["SLURM_NODELIST"])[0],
-        "MASTER_PORT": environ.get("MASTER_PORT", DEFAULT_MASTER_PORT),
+        "MASTER_PORT": environ.get("MASTER_PORT") or slurm_job_port(environ.get("SLURM_JOB_ID")),
     }
+
+
+def slurm_job_port(job_id):
+    """The rendezvous port of SLURM job ``job_id`` (str of digits, or None): ``SLURM_PORT_BASE +
+    job_id % SLURM_PORT_SPAN`` as a str, in [20000, 30000); 29500 without a job id."""
+    if not job_id:
+        return DEFAULT_MASTER_PORT
+    return str(SLURM_PORT_BASE + int(job_id) % SLURM_PORT_SPAN)
 
 
 def _scontrol_hostnames(nodelist):
@@ -102,8 +116,8 @@ def init_distributed(distributed=True, slurm=False, timeout_s=DEFAULT_TIMEOUT_S)
     """Create the default process group (if ``distributed``) and pick this rank's device.
 
     Rank and world size come from torchrun's variables, or from SLURM's with ``slurm=True``
-    (copied into the torchrun names so that later code reads one set). NCCL with CUDA, gloo
-    without. Collectives time out after ``timeout_s`` seconds, so a rank whose peer died
+    (copied into the torchrun names so that later code reads one set; see :func:`slurm_env` for
+    the port). NCCL with CUDA, gloo without; the master address and port are logged. Collectives time out after ``timeout_s`` seconds, so a rank whose peer died
     raises instead of hanging; torchrun then stops the remaining ranks and reports the first
     failure (decorate ``main`` with ``torch.distributed.elastic.multiprocessing.errors.record``
     to get its traceback).
@@ -130,6 +144,9 @@ def init_distributed(distributed=True, slurm=False, timeout_s=DEFAULT_TIMEOUT_S)
         # Abort a collective that a dead peer will never join, instead of blocking forever.
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     if not dist.is_initialized():
+        # Logged before the group forms: a port already taken (EADDRINUSE) is then named in the log.
+        get_logger("distributed").info("process group: %s, %d process(es), master %s port %s", backend,
+                                       world_size, os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
         dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s),
                                 device_id=device if backend == "nccl" else None)

@@ -19,6 +19,7 @@ from typing import Callable, Dict, Optional
 import torch
 
 from common.config import TaskConfig
+from common.config.values import SHARED_RULES
 from common.data.build import build_dataset
 from common.registry import Registry
 
@@ -38,11 +39,14 @@ class Task:
         host_metric_name: validation metric that picks the best epoch (higher is better).
         find_unused_parameters: the model may leave trainable params out of a step's graph
             (DDP must then look for them, which costs a graph traversal per synced micro-batch).
+        value_rules: dotted key -> :class:`common.config.Rule`, the valid values checked when the
+            config is read (:func:`common.config.task_rules` adds the task's keys to the shared ones).
     """
     name: str = ""
     models: Optional[Registry] = None
     host_metric_name: str = "Acc"
     find_unused_parameters: bool = False
+    value_rules: dict = SHARED_RULES
 
     def defaults(self):
         """The task's config defaults as a fresh mutable ``CfgNode``."""
@@ -52,9 +56,10 @@ class Task:
         """A fresh frozen config: :meth:`defaults`, then the YAML at ``path`` (if any), then ``opts``.
 
         Raises:
-            common.config.ConfigError: bad file, key or value (names the file, line and key).
+            common.config.ConfigError: bad file, key or value (names the file, line and key); a
+                value outside :attr:`value_rules`.
         """
-        return TaskConfig(self.defaults).load_config(path, opts)
+        return TaskConfig(self.defaults, self.value_rules).load_config(path, opts)
 
     def build_dataset(self, cfg, mode):
         """Dataset of ``mode`` ('train', 'val', 'test'); default: the one registered under

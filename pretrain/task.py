@@ -7,7 +7,7 @@ from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.loss_logger import loss_loggers
 from common.task import Task, register_task
 import pretrain.data  # noqa: F401  (registers 'conceptual_captions' and 'general_corpus')
-from pretrain.function.config import check_config, pretrain_defaults
+from pretrain.function.config import VALUE_RULES, check_config, pretrain_defaults
 from pretrain.function.metrics import (MLMAccuracy, MLMAccuracyAUX, MLMAccuracyWVC, MVRCAccuracy,
                                        RelationshipAccuracy)
 from pretrain.modules import MODELS
@@ -49,6 +49,7 @@ class PretrainTask(Task):
         return metrics
 
     check_config = staticmethod(check_config)
+    value_rules = VALUE_RULES
 
 
 TASK = register_task(PretrainTask())

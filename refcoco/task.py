@@ -6,7 +6,7 @@ from common.metrics.loss_logger import loss_loggers
 from common.task import Task, register_task
 import refcoco.data  # noqa: F401  (registers the 'refcoco+' dataset)
 from refcoco.data.refcoco import DATASET_NAME, split_referred_boxes
-from refcoco.function.config import check_config, refcoco_defaults
+from refcoco.function.config import VALUE_RULES, check_config, refcoco_defaults
 from refcoco.function.test import predict_boxes, print_accuracies, split_accuracies, write_result_json
 from refcoco.metrics import ChosenBoxPositive, RefAccuracy
 from refcoco.modules import MODELS
@@ -34,6 +34,7 @@ class RefCOCOTask(Task):
         return metrics
 
     check_config = staticmethod(check_config)
+    value_rules = VALUE_RULES
 
     def write_results(self, cfg, model, loader, save_path, save_name, autocast):
         """``{save_path}/{save_name}_refcoco+_{TEST_IMAGE_SET}.json`` (the reference's name and rows, see

@@ -1,5 +1,7 @@
 import argparse
 import os
+import random
+import re
 import socket
 import stat
 import subprocess
@@ -48,6 +50,8 @@ def test_slurm_env_with_scontrol(tmp_path, monkeypatch):
     env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODELIST": "gpu[07-08]"}
     assert cdist.slurm_env(env) == {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1",
                                     "MASTER_ADDR": "gpu07", "MASTER_PORT": "29500"}
+    assert cdist.slurm_env(dict(env, SLURM_JOB_ID="1234567"))["MASTER_PORT"] == "24567"
+    assert cdist.slurm_env(dict(env, SLURM_JOB_ID="1234567", MASTER_PORT="31000"))["MASTER_PORT"] == "31000"
     with pytest.raises(RuntimeError, match="SLURM_NODELIST not set"):
         cdist.slurm_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0"})
 
@@ -221,6 +225,39 @@ def test_dist_run_slurm_two_tasks(tmp_path, tiny_vcr):
     final = checkpoint(tmp_path / "w", 0)
     # 16 items on 2 ranks in batches of 2, k = 2: 4 micro-batches per rank -> 2 steps
     assert (len(final["rng"]), final["train_state"]["global_step"]) == (2, 2)
+
+
+def _job_on_a_free_port(taken):
+    """A SLURM job id whose port (20000 + id % 10000) is free here and not in ``taken``."""
+    while True:
+        job = random.randrange(10 ** 6, 10 ** 7)
+        port = 20000 + job % 10000
+        with socket.socket() as s:
+            if port not in taken and s.connect_ex(("127.0.0.1", port)) != 0:
+                return job, port
+
+
+def test_two_slurm_jobs_on_one_node_use_different_ports(tmp_path):
+    """Two jobs of 2 tasks each, launched at once without MASTER_PORT, both form their groups (with
+    one port for both, the second job's rank 0 could not bind it)."""
+    jobs = []
+    for _ in range(2):
+        jobs.append(_job_on_a_free_port([port for _, port in jobs]))
+    procs = []
+    for (job, _), name in zip(jobs, "ab"):
+        (tmp_path / name).mkdir()
+        env = dict(os.environ, PATH="{}:{}".format(_fake_slurm(tmp_path / name), os.environ["PATH"]),
+                   GPUS_PER_NODE="2", SLURM_JOB_ID=str(job), **LAUNCH_ENV)
+        env.pop("MASTER_PORT", None)
+        procs.append(subprocess.Popen(
+            [_script("dist_run_slurm.sh"), "part", name, os.path.join(ROOT, "tests", "slurm_group.py"), CFG,
+             str(tmp_path / name / "w"), "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    for (job, port), out in zip(jobs, outs):
+        assert sorted(re.findall(r"job {} rank (\d): ranks \[0, 1\]".format(job), out)) == ["0", "1"], out
+        assert re.findall(r"process group: gloo, 2 process\(es\), master 127.0.0.1 port (\d+)", out) == [str(port)] * 2
+    assert jobs[0][1] != jobs[1][1] and all(20000 <= port < 30000 for _, port in jobs)
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.loss_logger import loss_loggers
 from common.task import Task, register_task
 import vcr.data  # noqa: F401  (registers the 'vcr' dataset)
-from vcr.function.config import check_config, vcr_defaults
+from vcr.function.config import VALUE_RULES, check_config, vcr_defaults
 from vcr.function.metrics import Accuracy
 from vcr.function.result_csv import write_result_csv
 from vcr.function.test import test_probabilities
@@ -71,6 +71,7 @@ class VCRTask(Task):
         return metrics
 
     check_config = staticmethod(check_config)
+    value_rules = VALUE_RULES
 
     def pretrain_renames(self, cfg):
         return functools.partial(pretrain_renames, segmb_init=cfg.NETWORK.PARTIAL_PRETRAIN_SEGMB_INIT,

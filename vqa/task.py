@@ -9,7 +9,7 @@ from common.metrics.loss_logger import loss_loggers
 from common.task import Task, register_task
 import vqa.data.vqa  # noqa: F401  (registers the 'vqa' dataset)
 from vqa.data.answers import AnswerVocab
-from vqa.function.config import check_config, vqa_defaults
+from vqa.function.config import VALUE_RULES, check_config, vqa_defaults
 from vqa.function.metrics import SoftAccuracy
 from vqa.function.test import predict_answers, result_json_path, write_result_json
 from vqa.modules import MODELS
@@ -54,6 +54,7 @@ class VQATask(Task):
     name = "vqa"
     models = MODELS
     host_metric_name = "SoftAcc"
+    value_rules = VALUE_RULES
 
     def defaults(self):
         return vqa_defaults()

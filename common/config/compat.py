@@ -88,24 +88,22 @@ def _number_tuple(value):
 
 
 def _loss_scale(value):
-    """``TRAIN.FP16_LOSS_SCALE``: a number (static scale) or the string ``'dynamic'``."""
+    """``TRAIN.FP16_LOSS_SCALE``: a number (static scale) or the string ``'dynamic'`` (the range is
+    checked with the other values, :mod:`common.config.values`)."""
     if isinstance(value, str) and value.strip().lower() == "dynamic":
         return "dynamic"
     try:
-        scale = to_float(value)
+        return to_float(value)
     except ValueError:
         raise ValueError("expected a positive number or 'dynamic', got {!r}".format(value)) from None
-    if scale <= 0:
-        raise ValueError("expected a positive number or 'dynamic', got {!r}".format(value))
-    return scale
 
 
 def _batch_images(value):
-    """``*.BATCH_IMAGES``: images per GPU, an int, or one int per data set (multi-task pretraining)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+    """``*.BATCH_IMAGES``: images per GPU, an int, or one int per data set (multi-task pretraining);
+    the range is checked with the other values (:mod:`common.config.values`)."""
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, (list, tuple)) and value and all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return list(value)
     raise ValueError("expected a positive int or a list of positive ints, got {!r}".format(value))
 

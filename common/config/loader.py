@@ -3,14 +3,16 @@
 Life cycle of a config (in this module only; the idea of detectron2 ``config/config.py``)::
 
     task defaults (copy) -> legacy conversion (common/config/compat.py) -> checked YAML merge
-        -> checked --opts merge -> freeze -> written as YAML into the output folder
+        -> checked --opts merge -> value ranges (common/config/values.py) -> freeze
+        -> written as YAML into the output folder
 
 The shared defaults are in :mod:`common.config.defaults`. Each task's ``<task>/function/config.py``
 adds its own keys to ``common_defaults()`` and exposes ``config``, ``update_config(path)`` and
 ``load_config(path, opts=None)``.
 
 Bad input raises :class:`ConfigError` whose message names the file (and line), the dotted key,
-what was expected and, for an unknown key, the closest valid key.
+what was expected and, for an unknown key, the closest valid key; values out of range raise it
+with one line per bad value.
 """
 import copy
 import difflib
@@ -19,12 +21,21 @@ import yaml
 from yacs.config import CfgNode
 
 from common.config.compat import CONVERTERS, to_float, to_int
+from common.config.values import SHARED_RULES, value_errors
 from common.errors import UserInputError
 from common.safe_write import atomic_write
 
 
 class ConfigError(UserInputError):
     """A config file, a key or a value is wrong; the message says where and what was expected."""
+
+
+class ConfigValueError(ConfigError):
+    """Values out of range: ``lines`` holds one message per bad value (``str()`` joins them)."""
+
+    def __init__(self, lines):
+        super().__init__("\n".join(lines))
+        self.lines = list(lines)
 
 
 def _key_lines(node, prefix=""):
@@ -119,10 +130,11 @@ def _coerce(default, value, key):
     raise ValueError("expected {}, got {} {!r}".format(_type_name(expected), type(value).__name__, value))
 
 
-def _merge(node, raw, root, root_prefix, source, lines, prefix):
+def _merge(node, raw, root, root_prefix, source, lines, prefix, sources):
     """Merge the plain mapping ``raw`` into CfgNode ``node`` in place, checking keys and types.
 
-    ``root`` (whose keys are named ``root_prefix`` + key) is searched for the closest valid key.
+    ``root`` (whose keys are named ``root_prefix`` + key) is searched for the closest valid key;
+    ``sources`` gets dotted key -> where (file:line or '--opts') of each value set.
     """
     for k, v in raw.items():
         key = prefix + str(k)
@@ -133,7 +145,7 @@ def _merge(node, raw, root, root_prefix, source, lines, prefix):
             if not isinstance(v, dict):
                 raise ConfigError("{}: {}: expected a mapping of keys, got {!r}".format(
                     _where(source, lines, key), key, v))
-            _merge(current, v, root, root_prefix, source, lines, key + ".")
+            _merge(current, v, root, root_prefix, source, lines, key + ".", sources)
         elif isinstance(current, list) and current and isinstance(current[0], CfgNode):
             # DATASET already a list (merged before): entries are matched by position.
             raise ConfigError("{}: {}: cannot merge into a list of data sets; set the whole list".format(
@@ -143,12 +155,13 @@ def _merge(node, raw, root, root_prefix, source, lines, prefix):
                 node[k] = _coerce(current, v, key)
             except ValueError as e:
                 raise ConfigError("{}: {}: {}".format(_where(source, lines, key), key, e)) from None
+            sources[key] = _where(source, lines, key)
 
 
 _DATASET_DEFAULTS = "_dataset_defaults"
 
 
-def _merge_dataset_list(cfg, entries, source, lines):
+def _merge_dataset_list(cfg, entries, source, lines, sources):
     """``DATASET: [ {...}, {...} ]``: one CfgNode per entry, each completed with the task defaults.
 
     A list given again (a second file, or ``--opts DATASET "[...]"``) replaces the whole list; its
@@ -158,6 +171,8 @@ def _merge_dataset_list(cfg, entries, source, lines):
         # Kept outside the keys (in __dict__, which deepcopy carries) for a later list to start from.
         cfg.__dict__[_DATASET_DEFAULTS] = copy.deepcopy(cfg.DATASET)
     template = cfg.__dict__[_DATASET_DEFAULTS]
+    for key in [k for k in sources if k.startswith("DATASET[")]:  # values of the list replaced
+        del sources[key]
     datasets = []
     for i, entry in enumerate(entries):
         key = "DATASET[{}]".format(i)
@@ -165,14 +180,14 @@ def _merge_dataset_list(cfg, entries, source, lines):
             raise ConfigError("{}: {}: expected a mapping of DATASET keys, got {!r}".format(
                 _where(source, lines, key), key, entry))
         node = copy.deepcopy(template)
-        _merge(node, entry, node, key + ".", source, lines, key + ".")
+        _merge(node, entry, node, key + ".", source, lines, key + ".", sources)
         datasets.append(node)
     if not datasets:
         raise ConfigError("{}: DATASET: expected a mapping or a non-empty list of mappings".format(source))
     cfg.DATASET = datasets
 
 
-def merge_dict(cfg, raw, source, lines=None):
+def merge_dict(cfg, raw, source, lines=None, sources=None):
     """Merge a plain mapping (e.g. from YAML) into ``cfg`` in place, with legacy conversions.
 
     Args:
@@ -180,30 +195,34 @@ def merge_dict(cfg, raw, source, lines=None):
         raw (dict): values to merge; nested mappings for sections.
         source (str): file name (or '--opts') quoted in errors.
         lines (dict): optional dotted key -> line number, quoted in errors.
+        sources (dict): optional; gets dotted key (``DATASET[i].X`` in a list) -> where its value
+            was set (``file:line``, or ``source``), for :func:`check_values`.
     Raises:
         ConfigError: unknown key (with the closest valid key) or a value of the wrong type.
     """
     lines = lines or {}
+    sources = {} if sources is None else sources
     raw = dict(raw)
     datasets = raw.pop("DATASET", None)
     if isinstance(datasets, list):
-        _merge_dataset_list(cfg, datasets, source, lines)
+        _merge_dataset_list(cfg, datasets, source, lines, sources)
     elif datasets is not None:
         raw["DATASET"] = datasets
-    _merge(cfg, raw, cfg, "", source, lines, "")
+    _merge(cfg, raw, cfg, "", source, lines, "", sources)
 
 
-def merge_file(cfg, path):
+def merge_file(cfg, path, sources=None):
     """Merge the YAML file at ``path`` into ``cfg`` in place (see :func:`merge_dict`)."""
     raw, lines = read_yaml(path)
-    merge_dict(cfg, raw, path, lines)
+    merge_dict(cfg, raw, path, lines, sources)
 
 
-def merge_opts(cfg, opts):
+def merge_opts(cfg, opts, sources=None):
     """Merge command-line overrides ``[KEY, VALUE, KEY, VALUE, ...]`` (detectron2 style).
 
     Values are parsed as YAML (``--opts TRAIN.LR 1e-4 TRAIN.LR_STEP "[3, 5]"``) and checked like
-    file values. Raises ConfigError on an odd number of items, an unknown key or a bad value.
+    file values (``sources``: see :func:`merge_dict`). Raises ConfigError on an odd number of
+    items, an unknown key or a bad value.
     """
     opts = list(opts or [])
     if len(opts) % 2:
@@ -218,7 +237,21 @@ def merge_opts(cfg, opts):
         nested = value
         for part in reversed(key.split(".")):
             nested = {part: nested}
-        merge_dict(cfg, nested, "--opts")
+        merge_dict(cfg, nested, "--opts", sources=sources)
+
+
+def check_values(cfg, rules, sources):
+    """Check the ranges of the values a file or ``--opts`` set (see :mod:`common.config.values`).
+
+    Args:
+        cfg (CfgNode): the merged config; rules (dict): dotted key -> Rule; sources (dict): from the merges.
+    Raises:
+        ConfigValueError: one line per bad value, ``<file>:<line>: <key>: expected <range>, got <value>``
+            (``--opts`` for a value given there).
+    """
+    errors = value_errors(cfg, rules, sources)
+    if errors:
+        raise ConfigValueError(errors)
 
 
 def freeze_all(cfg):
@@ -259,31 +292,43 @@ class TaskConfig:
     """The reference-style module API of one task, built from its defaults function.
 
     ``config`` is a mutable module-level CfgNode and ``update_config(path)`` merges a file into
-    it, as in the reference; ``load_config(path, opts)`` returns a fresh frozen CfgNode.
+    it, as in the reference; ``load_config(path, opts)`` returns a fresh frozen CfgNode. Both check
+    the values set against ``rules`` (dotted key -> :class:`common.config.values.Rule`, default
+    :data:`common.config.values.SHARED_RULES`).
     """
 
-    def __init__(self, defaults_fn):
+    def __init__(self, defaults_fn, rules=None):
         self._defaults_fn = defaults_fn
+        self._rules = SHARED_RULES if rules is None else rules
         self.config = defaults_fn()
 
     def update_config(self, config_file):
-        """Merge ``config_file`` into the module-level ``config`` (in place, like the reference)."""
-        merge_file(self.config, config_file)
+        """Merge ``config_file`` into the module-level ``config`` (in place, like the reference).
+
+        Raises:
+            ConfigError: see :func:`read_yaml`, :func:`merge_dict`, :func:`check_values`.
+        """
+        sources = {}
+        merge_file(self.config, config_file, sources)
+        check_values(self.config, self._rules, sources)
 
     def load_config(self, path=None, opts=None):
         """A fresh frozen config: task defaults, then the YAML at ``path`` (if any), then ``opts``.
 
         Raises:
-            ConfigError: see :func:`read_yaml`, :func:`merge_dict`, :func:`merge_opts`.
+            ConfigError: see :func:`read_yaml`, :func:`merge_dict`, :func:`merge_opts`, :func:`check_values`.
         """
         cfg = self._defaults_fn()
+        sources = {}
         if path is not None:
-            merge_file(cfg, path)
-        merge_opts(cfg, opts)
+            merge_file(cfg, path, sources)
+        merge_opts(cfg, opts, sources)
+        check_values(cfg, self._rules, sources)
         return freeze_all(cfg)
 
 
-def task_api(defaults_fn):
-    """``(config, update_config, load_config)`` of a task, for its ``function/config.py`` to export."""
-    task = TaskConfig(defaults_fn)
+def task_api(defaults_fn, rules=None):
+    """``(config, update_config, load_config)`` of a task, for its ``function/config.py`` to export;
+    ``rules``: the task's value rules (:func:`common.config.values.task_rules`)."""
+    task = TaskConfig(defaults_fn, rules)
     return task.config, task.update_config, task.load_config

@@ -4,7 +4,8 @@ and what each key does here (``KEY_STATUS``).
 ``DATASET`` may be a list of mappings in YAML (one per data set); each entry is completed with the
 DATASET defaults below.
 """
-from common.config import common_defaults, task_api
+from common.config import common_defaults, task_api, task_rules
+from common.config.values import PROBABILITY, int_at_least
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 
 
@@ -45,7 +46,15 @@ def pretrain_defaults():
     return _C
 
 
-config, update_config, load_config = task_api(pretrain_defaults)
+# Valid values of the pretraining keys (common.config.values).
+VALUE_RULES = task_rules({
+    "DATASET.SEQ_LEN": int_at_least(1),
+    "DATASET.MIN_SEQ_LEN": int_at_least(0),
+    "DATASET.MAX_SKIPPED_SHARE": PROBABILITY,
+    "NETWORK.VLBERT.visual_region_classes": int_at_least(1),
+})
+
+config, update_config, load_config = task_api(pretrain_defaults, VALUE_RULES)
 
 _NOT_IN_MODEL = "the pretraining models do not read it (nor did the reference's)"
 _NOT_IN_DATA = "the pretraining data sets do not read it (nor did the reference's)"

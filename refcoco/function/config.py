@@ -3,7 +3,8 @@
 The data set (``refcoco.data``), the model (``refcoco.modules``) and the metrics (``refcoco.metrics``) read
 these keys; ``KEY_STATUS`` says what each key does here (see :mod:`common.config_keys`).
 """
-from common.config import common_defaults, task_api
+from common.config import common_defaults, task_api, task_rules
+from common.config.values import PROBABILITY
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 from vqa.function.config import add_answer_vocab_keys
 
@@ -23,7 +24,10 @@ def refcoco_defaults():
     return _C
 
 
-config, update_config, load_config = task_api(refcoco_defaults)
+# Valid values of the numeric keys that RefCOCO+'s model reads (common.config.values).
+VALUE_RULES = task_rules({"NETWORK.CLASSIFIER_DROPOUT": PROBABILITY})
+
+config, update_config, load_config = task_api(refcoco_defaults, VALUE_RULES)
 
 _NOT_READ = "the RefCOCO+ data set and model do not read it (the reference's neither)"
 _VQA_KEY = "a VQA answer-vocabulary key; RefCOCO+ has no answer vocabulary (the reference's neither)"

@@ -1,6 +1,7 @@
 """VCR config: the shared defaults plus VCR's own keys (reference ``vcr/function/config.py``), and
 what each key does here (``KEY_STATUS``, see :mod:`common.config_keys`)."""
-from common.config import common_defaults, task_api
+from common.config import common_defaults, task_api, task_rules
+from common.config.values import PROBABILITY, int_at_least, number_above, number_at_least, one_of
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 
 
@@ -30,7 +31,19 @@ def vcr_defaults():
     return _C
 
 
-config, update_config, load_config = task_api(vcr_defaults)
+# Valid values of the numeric keys that VCR's data set and model read (common.config.values).
+VALUE_RULES = task_rules({
+    "DATASET.MASK_SIZE": int_at_least(1),
+    "NETWORK.CNN_LOSS_WEIGHT": number_at_least(0),
+    "NETWORK.ANS_LOSS_WEIGHT": number_at_least(0),
+    "NETWORK.VLBERT.object_word_embed_mode": one_of(1, 2, 3),
+    "NETWORK.CLASSIFIER_HIDDEN_SIZE": int_at_least(1),
+    "NETWORK.CLASSIFIER_DROPOUT": PROBABILITY,
+    "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT": number_above(0),
+    "NETWORK.CNN_REG_DROPOUT": PROBABILITY,
+})
+
+config, update_config, load_config = task_api(vcr_defaults, VALUE_RULES)
 
 # Keys that VCR's data set and model read (common.config_keys.TASK) and VCR's own keys.
 KEY_STATUS = task_key_status(vcr_defaults(), {

@@ -1,6 +1,7 @@
 """VQA config: the shared defaults plus VQA's own keys (reference ``vqa/function/config.py``), and what
 each key does here (``KEY_STATUS``)."""
-from common.config import common_defaults, task_api
+from common.config import common_defaults, task_api, task_rules
+from common.config.values import PROBABILITY, int_at_least, one_of
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 
 
@@ -30,7 +31,15 @@ def vqa_defaults():
     return _C
 
 
-config, update_config, load_config = task_api(vqa_defaults)
+# Valid values of the numeric keys that VQA's data set and model read (common.config.values).
+VALUE_RULES = task_rules({
+    "DATASET.ANSWER_VOCAB_SIZE": int_at_least(1),
+    "NETWORK.VLBERT.object_word_embed_mode": one_of(1, 2, 3),
+    "NETWORK.CLASSIFIER_HIDDEN_SIZE": int_at_least(1),
+    "NETWORK.CLASSIFIER_DROPOUT": PROBABILITY,
+})
+
+config, update_config, load_config = task_api(vqa_defaults, VALUE_RULES)
 
 _NOT_IN_VQA_MODEL = "the VQA model does not read it (nor did the reference's)"
 _NOT_IN_VQA_DATA = "the VQA data set does not read it (nor did the reference's): splits are DATASET.*_IMAGE_SET"

@@ -1,0 +1,169 @@
+"""The ranges of the numeric config keys, checked once right after the YAML and ``--opts`` merge.
+
+The merge (:mod:`common.config.loader`) already gives every key its type (an int key holds an
+int, a float key a float); a table of rules, dotted key -> :class:`Rule`, then says which values
+are valid, so that ``TRAIN.GRAD_ACCUMULATE_STEPS: 0`` stops before a model or a loader is built
+instead of as a ``ZeroDivisionError`` deep inside. :data:`SHARED_RULES` covers the keys of
+:func:`common.config.common_defaults` that shared code reads; each task adds the rules of the
+keys its own data set and model read with :func:`task_rules` (``common/`` never imports a task).
+A ``DATASET`` list entry's keys use the ``DATASET.`` rules.
+
+Only values that a config file or ``--opts`` set are checked (the defaults are ours: the default
+``END_EPOCH`` 0 of a config that only evaluates is not an error). A rule that reads other keys
+(``END_EPOCH`` > ``BEGIN_EPOCH``) is checked when any of them was set.
+"""
+from typing import Callable, NamedTuple, Tuple
+
+
+class Rule(NamedTuple):
+    """What one key accepts.
+
+    Attributes:
+        ok: ``ok(value, get) -> bool``; ``get(dotted_key)`` reads another key (one of ``reads``).
+        expected: ``expected(get) -> str``, the text after "expected" in the error ("an int >= 1").
+        reads: the other dotted keys ``ok`` reads.
+    """
+    ok: Callable
+    expected: Callable
+    reads: Tuple[str, ...] = ()
+
+
+def _int_or_list(value):
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def int_at_least(low):
+    """An int >= ``low`` (a list of such ints too: ``BATCH_IMAGES`` per data set)."""
+    return Rule(lambda v, get: all(x >= low for x in _int_or_list(v)), lambda get: "an int >= {}".format(low))
+
+
+def number_at_least(low):
+    """A number >= ``low`` (each number of a list too)."""
+    return Rule(lambda v, get: all(x >= low for x in _int_or_list(v)), lambda get: "a number >= {}".format(low))
+
+
+def number_above(low):
+    """A number > ``low`` (each number of a list too)."""
+    return Rule(lambda v, get: all(x > low for x in _int_or_list(v)), lambda get: "a number > {}".format(low))
+
+
+def number_in(low, high):
+    """A number in [low, high]."""
+    return Rule(lambda v, get: low <= v <= high, lambda get: "a number in [{}, {}]".format(low, high))
+
+
+def one_of(*choices):
+    """One of ``choices``."""
+    return Rule(lambda v, get: v in choices, lambda get: "one of {}".format(", ".join(map(str, choices))))
+
+
+PROBABILITY = number_in(0, 1)
+
+SHARED_RULES = {
+    # numpy takes seeds (RNG_SEED + rank) below 2**32
+    "RNG_SEED": Rule(lambda v, get: v < 2 ** 31, lambda get: "an int < 2**31 (negative: unseeded)"),
+    "LOG_FREQUENT": int_at_least(1),
+    "VAL_FREQUENT": int_at_least(1),
+    "CHECKPOINT_FREQUENT": int_at_least(1),
+    "NUM_WORKERS_PER_GPU": int_at_least(0),
+    "SCALES": int_at_least(1),
+
+    "NETWORK.IMAGE_NUM_LAYERS": one_of(18, 34, 50, 101, 152),
+    "NETWORK.PIXEL_STDS": number_above(0),
+    "NETWORK.IMAGE_PRETRAINED_EPOCH": int_at_least(0),
+    "NETWORK.IMAGE_FINAL_DIM": int_at_least(1),
+    "NETWORK.IMAGE_ROI_POOLED_SIZE": int_at_least(1),
+    "NETWORK.BERT_PRETRAINED_EPOCH": int_at_least(0),
+    "NETWORK.VLBERT.hidden_size": int_at_least(1),
+    "NETWORK.VLBERT.visual_size": int_at_least(1),
+    "NETWORK.VLBERT.num_hidden_layers": int_at_least(1),
+    "NETWORK.VLBERT.num_attention_heads": Rule(
+        lambda v, get: v >= 1 and get("NETWORK.VLBERT.hidden_size") % v == 0,
+        lambda get: "an int >= 1 dividing NETWORK.VLBERT.hidden_size ({})".format(get("NETWORK.VLBERT.hidden_size")),
+        ("NETWORK.VLBERT.hidden_size",)),
+    "NETWORK.VLBERT.intermediate_size": int_at_least(1),
+    "NETWORK.VLBERT.hidden_dropout_prob": PROBABILITY,
+    "NETWORK.VLBERT.attention_probs_dropout_prob": PROBABILITY,
+    "NETWORK.VLBERT.max_position_embeddings": int_at_least(1),
+    "NETWORK.VLBERT.type_vocab_size": int_at_least(1),
+    "NETWORK.VLBERT.vocab_size": int_at_least(1),
+    "NETWORK.VLBERT.initializer_range": number_at_least(0),
+
+    "TRAIN.VISUAL_SCALE_TEXT_LR_MULT": number_at_least(0),
+    "TRAIN.VISUAL_SCALE_OBJECT_LR_MULT": number_at_least(0),
+    "TRAIN.FLIP_PROB": PROBABILITY,
+    "TRAIN.BATCH_IMAGES": int_at_least(1),
+    "TRAIN.BEGIN_EPOCH": int_at_least(0),
+    "TRAIN.END_EPOCH": Rule(lambda v, get: v > get("TRAIN.BEGIN_EPOCH"),
+                            lambda get: "an int > TRAIN.BEGIN_EPOCH ({})".format(get("TRAIN.BEGIN_EPOCH")),
+                            ("TRAIN.BEGIN_EPOCH",)),
+    "TRAIN.GRAD_ACCUMULATE_STEPS": int_at_least(1),
+    # 0 is valid: the weights stay as built (the tests record a run's initial weights that way).
+    "TRAIN.LR": number_at_least(0),
+    "TRAIN.LR_FACTOR": number_above(0),
+    "TRAIN.LR_STEP": number_at_least(0),
+    "TRAIN.WARMUP_FACTOR": number_in(0, 1),
+    "TRAIN.WARMUP_STEPS": int_at_least(0),
+    "TRAIN.WD": number_at_least(0),
+    "TRAIN.MOMENTUM": number_in(0, 1),
+    "TRAIN.FP16_LOSS_SCALE": Rule(lambda v, get: v == "dynamic" or v > 0, lambda get: "'dynamic' or a number > 0"),
+    "TRAIN.MAX_CONSECUTIVE_SKIPS": int_at_least(1),
+    "TRAIN.CHECKPOINT_STEPS": int_at_least(0),
+    "TRAIN.CHECKPOINT_KEEP": int_at_least(1),
+
+    "VAL.FLIP_PROB": PROBABILITY,
+    "VAL.BATCH_IMAGES": int_at_least(1),
+    "TEST.FLIP_PROB": PROBABILITY,
+    "TEST.BATCH_IMAGES": int_at_least(1),
+}
+
+
+def task_rules(own):
+    """A task's rule table: :data:`SHARED_RULES` plus ``own`` (dotted key -> :class:`Rule`) for the keys
+    its data set and model read and its own keys (an entry of ``own`` replaces a shared one)."""
+    return dict(SHARED_RULES, **own)
+
+
+def _leaves(node, prefix=""):
+    """(dotted name, rule key, value) of each leaf; a DATASET list entry's ``DATASET[i].X`` has rule key ``DATASET.X``."""
+    for k, v in node.items():
+        if isinstance(v, dict):
+            yield from _leaves(v, prefix + k + ".")
+        elif k == "DATASET" and isinstance(v, list):
+            for i, entry in enumerate(v):
+                for name, _, value in _leaves(entry):
+                    yield "{}DATASET[{}].{}".format(prefix, i, name), "DATASET." + name, value
+        else:
+            yield prefix + k, prefix + k, v
+
+
+def _get(cfg, key):
+    for part in key.split("."):
+        cfg = cfg[part]
+    return cfg
+
+
+def value_errors(cfg, rules, sources):
+    """The values of ``cfg`` that break their rule, among those a file or ``--opts`` set.
+
+    Args:
+        cfg (CfgNode): the merged config.
+        rules (dict): dotted key -> :class:`Rule` (:func:`task_rules`); keys ``cfg`` lacks are skipped.
+        sources (dict): dotted name (``DATASET[0].X`` in a list) -> where it was set ("file:line",
+            "--opts"); names not in it hold their default and are not checked.
+    Returns:
+        list of str, one per bad value: ``<where>: <key>: expected <range>, got <value>``, in
+        the order of ``cfg``'s keys; empty when every value is valid.
+    """
+    errors = []
+    for name, rule_key, value in _leaves(cfg):
+        rule = rules.get(rule_key)
+        if rule is None:
+            continue
+        where = [sources[k] for k in (name,) + rule.reads if k in sources]
+        if not where:
+            continue
+        get = lambda key: _get(cfg, key)  # noqa: E731
+        if not rule.ok(value, get):
+            errors.append("{}: {}: expected {}, got {!r}".format(where[0], name, rule.expected(get), value))
+    return errors

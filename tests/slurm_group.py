@@ -1,0 +1,28 @@
+"""Forms the process group as the training entry points do, and nothing else (fast launch tests).
+
+    scripts/dist_run_slurm.sh PART JOB tests/slurm_group.py CFG WORK_DIR N
+
+Parses the entry points' flags (``--cfg`` is not read), calls
+:func:`common.distributed.init_distributed` as :func:`common.engine.train_net` does, checks the
+group with one collective and prints ``job J rank R: ranks [0, 1, ...]`` (J = SLURM_JOB_ID).
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from common import distributed as cdist  # noqa: E402
+from common.cli import run_main, train_argument_parser  # noqa: E402
+
+
+def main():
+    args = train_argument_parser("form the process group").parse_args()
+    ctx = cdist.init_distributed(args.dist, args.slurm, timeout_s=60)
+    print("job {} rank {}: ranks {}".format(os.environ.get("SLURM_JOB_ID"), ctx.rank, cdist.all_gather(ctx.rank)),
+          flush=True)
+    cdist.barrier()
+    cdist.cleanup()
+
+
+if __name__ == "__main__":
+    run_main(main)
