@@ -186,3 +186,32 @@ def test_sample_key_generator_is_a_function_of_the_key():
     assert len({tuple(draws(k)) for k in keys}) == len(keys)
     assert resolve_key(SampleKey(4, 0, 0))[0] == 4
     assert resolve_key(torch.tensor(4)) == (4, None)
+
+
+@pytest.mark.parametrize("grouping", [False, True], ids=["sharded", "aspect-grouped"])
+@pytest.mark.parametrize("old, new", [(4, 2), (1, 2), (2, 1), (2, 3)])
+def test_resume_on_another_world_size_trains_every_remaining_sample_once(old, new, grouping):
+    """A part-way epoch on ``old`` ranks, resumed from its consumed count on ``new`` ranks: the two
+    segments train every sample of the epoch once (repeats only to even out the ranks' last batches)."""
+    size, batch, done = 96, 4, 3
+    data = _Data(size, group_ids=[i % 2 for i in range(size)])
+
+    def samplers(world):
+        out = [make_batch_sampler(data, batch, True, world_size=world, rank=r, seed=3, aspect_grouping=grouping)
+               for r in range(world)]
+        for s in out:
+            s.set_epoch(2)
+        return out
+
+    first = samplers(old)
+    trained = [i for s in first for b in list(s)[:done] for i in b]
+    units = {s.consumed(done) for s in first}
+    assert len(units) == 1  # every rank agrees
+    second = samplers(new)
+    for s in second:
+        s.resume(units.copy().pop(), done)
+    assert len({len(s) for s in second}) == 1  # ranks in lockstep
+    rest = [i for s in second for b in s for i in b]
+    assert len(trained) == len(set(trained)) == old * batch * done
+    remaining = set(range(size)) - set(trained)
+    assert remaining <= set(rest) and len(rest) - len(remaining) < new * batch

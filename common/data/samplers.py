@@ -61,6 +61,10 @@ class DistributedSampler(Sampler):
     samples (equal step counts keep DDP in lockstep); rank ``r`` takes positions
     ``r, r + num_replicas, ...``. With ``num_replicas=1`` it is a seeded random sampler.
 
+    ``start`` (0 unless a resume sets it) drops the first ``start`` positions of the epoch's
+    permutation, already trained before an interruption, and shards only the rest the same way: a
+    run resumed on another number of processes trains each remaining sample once.
+
     Args:
         size (int): number of samples in the dataset.
         num_replicas (int): world size.
@@ -77,24 +81,30 @@ class DistributedSampler(Sampler):
         self.shuffle = shuffle
         self.seed = int(seed)
         self.epoch = 0
-        self.num_samples = int(math.ceil(self.size / num_replicas))
+        self.start = 0
+
+    @property
+    def num_samples(self):
+        """Samples of this rank in the current epoch (after ``start``)."""
+        return int(math.ceil(max(self.size - self.start, 0) / self.num_replicas))
 
     def set_epoch(self, epoch):
         """Select the permutation of ``epoch`` (call before iterating each epoch)."""
         self.epoch = int(epoch)
 
     def global_order(self):
-        """The padded order over all ranks for the current epoch (list of int)."""
+        """The padded order over all ranks for the current epoch, from position ``start`` (list of int)."""
         if self.shuffle:
             g = torch.Generator()
             g.manual_seed(self.seed + self.epoch)
             order = torch.randperm(self.size, generator=g).tolist()
         else:
             order = list(range(self.size))
+        rest = order[self.start:]
         total = self.num_samples * self.num_replicas
-        while len(order) < total:  # loop: the pad can exceed size when size < num_replicas
-            order += order[:total - len(order)]
-        return order
+        while len(rest) < total:  # loop: the pad can exceed size when size < num_replicas
+            rest += order[:total - len(rest)]
+        return rest
 
     def __iter__(self):
         return iter(self.global_order()[self.rank::self.num_replicas])
@@ -181,18 +191,25 @@ class GroupedBatchSampler(BatchSampler):
 
 
 class ResumableBatchSampler(Sampler):
-    """Wraps a batch sampler: forwards ``set_epoch``, can skip the first batches of an epoch,
-    can deal whole batches out to ranks, and can turn indices into ``SampleKey``s.
+    """Wraps a batch sampler: forwards ``set_epoch``, can resume an epoch part-way, can deal whole
+    batches out to ranks, and can turn indices into ``SampleKey``s.
 
-    ``skip(n)`` makes the next iteration start at batch ``n`` of the epoch (used once, then
-    reset): a mid-epoch resume skips the batches already trained on without loading them.
     With ``num_replicas > 1`` the wrapped sampler is a global one; its batch list is padded by
     repeating its first batches to a multiple of ``num_replicas`` and rank ``r`` takes batches
     ``r, r + num_replicas, ...``, so every rank runs the same number of steps even when the
     batches come from per-group buffers.
 
-    ``len()`` is the full epoch length on this rank, skipped batches included, so schedules
-    computed from ``len(loader)`` do not change on resume.
+    Progress through an epoch is counted in units of the epoch's *global* order, the same on
+    every rank whatever the number of processes: samples of the permutation when the wrapped
+    sampler batches a ``DistributedSampler``, global batches when it deals batches out.
+    ``consumed(n)`` is the units trained after this rank's ``n``-th batch; ``resume(units, n)``
+    makes the next iteration start after ``units`` and re-shards the rest over the current ranks
+    (used once, then reset), so a run checkpointed on W processes resumes on any other number
+    and trains every remaining sample once. ``skip(n)`` resumes after this rank's first ``n``
+    batches of an unchanged layout.
+
+    ``len()`` is the epoch length on this rank with the batches already done counted in, so
+    schedules computed from ``len(loader)`` do not change on a resume with the same layout.
 
     Args:
         batch_sampler: yields lists of dataset indices.
@@ -210,42 +227,85 @@ class ResumableBatchSampler(Sampler):
         self.rank = rank
         self.key_seed = key_seed
         self.epoch = 0
-        self._skip = 0
+        # (units of the global order, batches counted as done): of the iteration under way, and of the next
+        # one when a resume is pending
+        self._active, self._pending = (0, 0), None
 
     def set_epoch(self, epoch):
         """Record the epoch (for sample keys) and forward it to the innermost sampler that has
         ``set_epoch``."""
         self.epoch = int(epoch)
+        self._active = (0, 0)
         inner = getattr(self.batch_sampler, "sampler", None)
         for obj in (self.batch_sampler, inner):
             if hasattr(obj, "set_epoch"):
                 obj.set_epoch(epoch)
                 return
 
+    def _sample_sharded(self):
+        """The ``DistributedSampler`` under a ``BatchSampler``, when batches are formed per rank; else None."""
+        inner = getattr(self.batch_sampler, "sampler", None)
+        per_rank = self.num_replicas == 1 and not isinstance(self.batch_sampler, GroupedBatchSampler)
+        return inner if per_rank and isinstance(inner, DistributedSampler) else None
+
+    def _unit(self):
+        """Units of the global order that one batch of every rank consumes."""
+        inner = self._sample_sharded()
+        if inner is None:
+            return self.num_replicas
+        return self.batch_sampler.batch_size * inner.num_replicas
+
+    def consumed(self, num_batches):
+        """Units of the epoch's global order trained once this rank has done ``num_batches`` batches of
+        the iteration under way (counted as ``len()`` counts them). An int, identical on every rank."""
+        units, done = self._active
+        return units + (num_batches - done) * self._unit()
+
+    def resume(self, units, num_batches):
+        """Start the next iteration (only) after ``units`` of the global order, counting ``num_batches``
+        batches as done on this rank (``len()`` and ``consumed`` count them in).
+
+        Raises:
+            ValueError: a negative count.
+        """
+        if units < 0 or num_batches < 0:
+            raise ValueError("cannot resume at a negative position ({} units, {} batches)".format(units, num_batches))
+        self._pending = (int(units), int(num_batches))
+
     def skip(self, num_batches):
-        """Skip the first ``num_batches`` batches of the next iteration only (int >= 0)."""
+        """Skip the first ``num_batches`` batches of the next iteration only (int >= 0), same layout."""
         if num_batches < 0:
             raise ValueError("cannot skip a negative number of batches ({})".format(num_batches))
-        self._skip = int(num_batches)
+        self.resume(num_batches * self._unit(), num_batches)
 
-    def _batches(self):
-        if self.num_replicas == 1:
-            return iter(self.batch_sampler)
+    def _batches(self, units):
         batches = list(self.batch_sampler)
-        total = len(self) * self.num_replicas
-        while len(batches) < total:
-            batches += batches[:total - len(batches)]
-        return iter(batches[self.rank::self.num_replicas])
+        if self._sample_sharded() is not None:
+            return batches
+        rest = batches[units:]
+        total = int(math.ceil(len(rest) / self.num_replicas)) * self.num_replicas
+        while len(rest) < total:  # padded with the epoch's first batches, as without a resume
+            rest += batches[:total - len(rest)]
+        return rest[self.rank::self.num_replicas]
 
     def __iter__(self):
-        skip, self._skip = self._skip, 0
+        self._active, self._pending = self._pending or (0, 0), None
+        inner = self._sample_sharded()
+        if inner is not None:
+            inner.start = self._active[0]
         epoch, seed = self.epoch, self.key_seed
-        for i, batch in enumerate(self._batches()):
-            if i >= skip:
-                yield batch if seed is None else [SampleKey(int(j), epoch, seed) for j in batch]
+        for batch in self._batches(self._active[0]):
+            yield batch if seed is None else [SampleKey(int(j), epoch, seed) for j in batch]
 
     def __len__(self):
-        return int(math.ceil(len(self.batch_sampler) / self.num_replicas))
+        units, done = self._pending or self._active
+        inner = self._sample_sharded()
+        if inner is None:
+            remaining = max(len(self.batch_sampler) - units, 0)
+            return done + int(math.ceil(remaining / self.num_replicas))
+        samples = int(math.ceil(max(inner.size - units, 0) / inner.num_replicas))
+        size = self.batch_sampler.batch_size
+        return done + (samples // size if self.batch_sampler.drop_last else int(math.ceil(samples / size)))
 
 
 def make_batch_sampler(dataset, batch_size, is_train, world_size=1, rank=0, shuffle=None,
