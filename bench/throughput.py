@@ -29,6 +29,11 @@ aspect) through the real collate; without it the config's data loader runs (data
 ``--accumulate K`` also runs ours with TRAIN.GRAD_ACCUMULATE_STEPS = 1 and K at the same micro-batch and
 reports the ratio of their peak memories (target <= 1.05: accumulation keeps no graph alive).
 
+``--padding-cost`` times ours twice instead, in the same alternating way: images padded to the fixed
+``SCALES`` canvas (the default, batch-independent results) and to each batch's largest image
+(``DATASET.PAD_TO_BATCH_MAX true``); synthetic images then have varied landscape aspects (width 4:3 of
+the short side up to the SCALES long side) so that per-batch padding has something to save.
+
     # base VCR config shrunk for 2 CPU cores: the same encoder and tokens per sample, a small image part
     python bench/throughput.py --synthetic --steps 3 --accumulate 4 --opts SCALES "[128,192]" \
         TRAIN.BATCH_IMAGES 1 NETWORK.IMAGE_NUM_LAYERS 18 NETWORK.IMAGE_ROI_POOLED_SIZE 4 \
@@ -37,6 +42,8 @@ reports the ratio of their peak memories (target <= 1.05: accumulation keeps no 
     python bench/throughput.py --cfg cfgs/vcr/demo_q2a_cpu.yaml --synthetic --precision bf16
     # a GPU
     python bench/throughput.py --device cuda --precision bf16 --synthetic --steps 20
+    # the fixed image canvas against per-batch padding, demo config
+    python bench/throughput.py --cfg cfgs/vcr/demo_q2a_cpu.yaml --synthetic --steps 2 --padding-cost
 """
 import argparse
 import itertools
@@ -65,6 +72,9 @@ DATASHEET_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12
 QUESTION_LEN, ANSWER_LEN, OBJECTS = (6, 20), (5, 20), (4, 24)
 NUM_CHOICES = 4
 DISTINCT_BATCHES = 8
+# The paths timed against each other: (baseline, ours) of the printed ratio.
+BATCH_MAX = "batch_max"  # ours with DATASET.PAD_TO_BATCH_MAX true
+PAIRS = {False: ("reference", "ours"), True: (BATCH_MAX, "ours")}
 
 
 # --------------------------------------------------------------------------------------------- #
@@ -81,8 +91,20 @@ def load_cfg(args):
     return task, task.load_config(os.path.join(ROOT, args.cfg) if not os.path.isabs(args.cfg) else args.cfg, opts)
 
 
-def synthetic_items(cfg, count, seed=0):
-    """``count`` VCR Q->A training items (tuples in the dataset's ``data_names`` order) of realistic sizes.
+def path_cfg(cfg, impl):
+    """The config of path ``impl``: ``cfg``, with ``DATASET.PAD_TO_BATCH_MAX`` set for :data:`BATCH_MAX`."""
+    if impl != BATCH_MAX:
+        return cfg
+    cfg = cfg.clone()
+    cfg.defrost()
+    cfg.DATASET.PAD_TO_BATCH_MAX = True
+    cfg.freeze()
+    return cfg
+
+
+def synthetic_items(cfg, count, seed=0, varied=False):
+    """``count`` VCR Q->A training items (tuples in the dataset's ``data_names`` order) of realistic sizes;
+    images 3:2, or of widths drawn from 4:3 of the short side to the SCALES long side when ``varied``.
 
     Raises:
         ValueError: a config whose task is not Q2A (the items hold answers, not rationales).
@@ -108,6 +130,8 @@ def synthetic_items(cfg, count, seed=0):
 
     items = []
     for index in range(count):
+        if varied:
+            width = randint(short * 4 // 3, long_side)
         objects = randint(*OBJECTS) + int(image_box)
         xy = torch.rand(objects, 2, generator=g) * torch.tensor([width * 0.7, height * 0.7])
         wh = 8 + torch.rand(objects, 2, generator=g) * torch.tensor([width * 0.3 - 8, height * 0.3 - 8])
@@ -142,12 +166,12 @@ def make_batches(task, cfg, args, n):
     """``n`` micro-batches: synthetic ones (``DISTINCT_BATCHES`` collated once and cycled: no data time, and
     the same host memory whatever ``n``), or the first ``n`` of the train loader."""
     if args.synthetic:
-        from common.data.collate import BatchCollator
+        from common.data.collate import BatchCollator, canvas_scales
         b = int(cfg.TRAIN.BATCH_IMAGES)
-        items = synthetic_items(cfg, b * DISTINCT_BATCHES)
+        items = synthetic_items(cfg, b * DISTINCT_BATCHES, varied=args.padding_cost)
         names = ["image", "boxes", "masks", "question", "question_align_matrix", "answer_choices",
                  "answer_align_matrix", "answer_label", "im_info"]
-        collate = BatchCollator(names)
+        collate = BatchCollator(names, scales=canvas_scales(cfg))
         distinct = [collate(items[i * b:(i + 1) * b]) for i in range(DISTINCT_BATCHES)]
         return Batches(itertools.cycle(distinct), n)
     from common.engine import build_loader
@@ -232,9 +256,12 @@ def resnet_flops_per_image(model, batch, autocast, device):
 # One measured run (a child process)
 # --------------------------------------------------------------------------------------------- #
 class Path:
-    """One implementation set up for timed steps: model, optimizer, precision, batches, recorder."""
+    """One implementation set up for timed steps: model, optimizer, precision, batches, recorder.
+
+    ``impl``: ``'reference'``, ``'ours'`` or :data:`BATCH_MAX` (ours on :func:`path_cfg`'s batches)."""
 
     def __init__(self, impl, task, cfg, args, device):
+        cfg = path_cfg(cfg, impl)
         from common.engine import build_model, build_precision
         from common.flops import dense_weight_count
         from common.compile import compile_forward
@@ -253,7 +280,7 @@ class Path:
         elif impl == "reference":
             for group in self.optimizer.param_groups:
                 group["foreach"] = False
-        if impl == "ours":  # TRAIN.COMPILE is ours to offer; the reference ran eager
+        if impl != "reference":  # TRAIN.COMPILE is ours to offer; the reference ran eager
             compile_forward(self.model, cfg.TRAIN.COMPILE)
         self.forward = self.model.forward
         self.autocast, self.scaler = build_precision(cfg, device)
@@ -317,7 +344,7 @@ def run_worker(args):
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     task, cfg = load_cfg(args)
-    impls = ["reference", "ours"] if args.worker == "both" else [args.worker]
+    impls = list(PAIRS[args.padding_cost]) if args.worker == "both" else [args.worker]
     paths = [Path(impl, task, cfg, args, device) for impl in impls]
     flops = paths[-1].resnet_flops() if args.worker == "both" else 0
     for path in paths:
@@ -402,8 +429,10 @@ def main():
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--workers", type=int, default=0, help="NUM_WORKERS_PER_GPU of the loader")
     parser.add_argument("--accumulate", type=int, default=0, help="also measure the memory of K vs 1 micro-batches")
+    parser.add_argument("--padding-cost", action="store_true",
+                        help="time ours with the fixed image canvas against ours with per-batch image padding")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
-    parser.add_argument("--worker", choices=["ours", "reference", "both"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["ours", "reference", BATCH_MAX, "both"], help=argparse.SUPPRESS)
     parser.add_argument("--accumulate-run", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--steps-override", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -415,13 +444,14 @@ def main():
         return run_worker(args)
 
     device = torch.device(args.device)
+    base_impl, _ = PAIRS[args.padding_cost]
     timed = {r["impl"]: r for r in child(args, "both")}
-    for impl in ("reference", "ours"):  # each alone in a process: its own peak memory
+    for impl in (base_impl, "ours"):  # each alone in a process: its own peak memory
         timed[impl]["peak_mib"] = child(args, impl, steps=1)["peak_mib"]
     peak = matmul_peak(device, args.precision, args.threads)
     sheet = datasheet_peak(device, args.precision)
     rows = {impl: summarise(r, peak, sheet) for impl, r in timed.items()}
-    ref, ours = timed["reference"], timed["ours"]
+    ref, ours = timed[base_impl], timed["ours"]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, {} threads".format(args.threads)
     print("{} | {} | {} | {} | micro-batch {} x k={} | {} timed optimizer steps per path, alternating".format(
         args.cfg, " ".join(args.opts) or "no --opts", args.precision, name, ours["batch_images"], ours["k"],
@@ -433,10 +463,11 @@ def main():
                   ", datasheet {:.0f}".format(sheet / 1e12) if sheet else ""))
     cols = list(rows["ours"])
     print("{:<10}".format("path") + "".join("{:>14}".format(c) for c in cols))
-    for impl in ("reference", "ours"):
+    for impl in (base_impl, "ours"):
         print("{:<10}".format(impl) + "".join(
             "{:>14}".format("-" if v is None else "{:.3g}".format(v)) for v in rows[impl].values()))
-    print("ours / reference: {:.2f}x samples/s, peak memory ratio {:.2f}".format(
+    print("{}: {:.2f}x samples/s, peak memory ratio {:.2f}".format(
+        "fixed canvas / per-batch padding (ours both)" if args.padding_cost else "ours / reference",
         ref["wall_s"] / ours["wall_s"], ours["peak_mib"] / ref["peak_mib"]))
     if args.accumulate:
         one, many = child(args, "ours", 1, steps=1), child(args, "ours", args.accumulate, steps=1)

@@ -160,8 +160,9 @@ def test_from_config_lists_every_missing_path(root, tmp_path):
 
 
 def test_loader_batches_pad_boxes_labels_and_text(root):
+    # per-batch image padding: this test is about the other fields (the fixed canvas: tests/test_collate.py)
     cfg = config(root, "TRAIN.BATCH_IMAGES", 3, "TRAIN.SHUFFLE", False, "TRAIN.ASPECT_GROUPING", False,
-                 "DATASET.TRAIN_IMAGE_SET", "train+testA", "TRAIN.FLIP_PROB", 0.0)
+                 "DATASET.TRAIN_IMAGE_SET", "train+testA", "TRAIN.FLIP_PROB", 0.0, "DATASET.PAD_TO_BATCH_MAX", True)
     loader = make_dataloader(cfg, "train")
     image, boxes, im_info, expression, label = next(iter(loader))
     # items: "the left box" and "small red one" on image 1 (3 boxes), "the tall one" on image 2 (2 boxes)

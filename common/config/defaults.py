@@ -45,6 +45,13 @@ def common_defaults():
     _C.DATASET.LABEL_INDEX_IN_BATCH = -1
     # Append the sample index to each batch (used to gather predictions).
     _C.DATASET.APPEND_INDEX = False
+    # Pad the images of a batch to its largest image instead of the fixed SCALES canvas (short x
+    # long, turned to each image's orientation; the VCR release's FixPadding). Faster when the
+    # images are smaller than the canvas, but an image's features near its bottom and right
+    # borders, hence its logits, then depend on the other images of its batch (batch size and
+    # order change evaluation results). The reference's VQA, RefCOCO+ and pretraining loaders
+    # padded this way. With SCALES empty images are always padded to the batch maximum.
+    _C.DATASET.PAD_TO_BATCH_MAX = False
     # VCR sub-task: 'Q2A', 'QA2R' or 'Q2AR'.
     _C.DATASET.TASK = 'Q2AR'
     # Align words to boxes by basic tokenisation only (reference option for VCR).

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 
 from common.registry import Registry
 
-from .collate import BatchCollator
+from .collate import BatchCollator, canvas_scales
 from .samplers import make_batch_sampler
 from .transforms import build_transforms
 
@@ -55,7 +55,9 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
     workers (one process per device, as the reference's distributed mode). Training uses
     ``TRAIN.SHUFFLE`` seeded by ``max(RNG_SEED, 0)`` (call ``loader.batch_sampler.set_epoch``
     every epoch and ``.skip(n)`` to resume mid-epoch) and ``TRAIN.ASPECT_GROUPING``;
-    evaluation shards the data without padding so each sample is seen once.
+    evaluation shards the data without padding so each sample is seen once. Images are
+    padded to the fixed ``SCALES`` canvas unless ``DATASET.PAD_TO_BATCH_MAX``
+    (:func:`common.data.collate.canvas_scales`).
 
     The dataset receives ``SampleKey(index, epoch, max(RNG_SEED, 0))`` items (epoch 0 in
     evaluation) and draws its random augmentation from ``key.generator()``: a flip depends on
@@ -83,5 +85,5 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
     # global RNG that a resumed run restores (exact mid-epoch resume).
     return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers, generator=torch.Generator(),
                       collate_fn=BatchCollator(dataset.data_names, pad_values=getattr(dataset, "pad_values", None),
-                                               append_ind=cfg.DATASET.APPEND_INDEX),
+                                               append_ind=cfg.DATASET.APPEND_INDEX, scales=canvas_scales(cfg)),
                       pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)

@@ -1,4 +1,10 @@
-"""Batch collation: pad per batch, then stack."""
+"""Batch collation: pad, then stack.
+
+Images are padded to the reference's fixed canvas when one is given (the VCR release's
+``FixPadding``: ``SCALES`` short x long, turned to the image's orientation), so an image's
+features do not depend on the other images of its batch; the other fields (and images without a
+canvas) are padded to the batch maximum.
+"""
 import torch
 
 # Pad value of VCR text rows (id and box columns): never a word id, and the box column never names a box.
@@ -12,29 +18,58 @@ DEFAULT_PAD_VALUES = {
 }
 
 
-def pad_stack(tensors, pad=0):
+def pad_stack(tensors, pad=0, min_shape=None):
     """Stack tensors of the same rank, padding each dim at its end to the batch maximum.
 
     Args:
         tensors (list of Tensor): shapes ``(d0_i, d1_i, ...)``, same rank and dtype.
         pad: fill value.
+        min_shape (sequence of int, optional): pad to at least this shape (same rank).
     Returns:
-        Tensor ``(N, max d0, max d1, ...)``.
+        Tensor ``(N, D0, D1, ...)`` with ``Dj = max(max_i dj_i, min_shape[j])``.
     """
-    if all(t.shape == tensors[0].shape for t in tensors):
+    shapes = [t.shape for t in tensors] + ([tuple(min_shape)] if min_shape is not None else [])
+    if all(s == tensors[0].shape for s in shapes):
         return torch.stack(tensors)
-    shape = [max(s) for s in zip(*(t.shape for t in tensors))]
+    shape = [max(s) for s in zip(*shapes)]
     out = tensors[0].new_full([len(tensors)] + shape, pad)
     for o, t in zip(out, tensors):
         o[tuple(slice(0, n) for n in t.shape)] = t
     return out
 
 
+def image_canvas(height, width, scales):
+    """``(H, W)`` of the reference's fixed canvas for an image of ``height x width`` pixels.
+
+    The VCR release's ``FixPadding`` (``vcr/data/transforms``): ``(short, long)`` of ``SCALES``
+    for a landscape or square image (``height <= width``), ``(long, short)`` for a portrait one.
+
+    Args:
+        height, width (int): the image's size after ``Resize(SCALES)``.
+        scales (pair of int): ``SCALES`` = (short side, max long side).
+    Returns:
+        tuple ``(H, W)`` of int.
+    Raises:
+        ValueError: the image does not fit its canvas (it was not resized by these ``SCALES``).
+    """
+    short, long_side = int(scales[0]), int(scales[1])
+    canvas = (short, long_side) if height <= width else (long_side, short)
+    if height > canvas[0] or width > canvas[1]:
+        raise ValueError("image of {}x{} (HxW) does not fit the SCALES canvas {}x{}: images must be resized by "
+                         "SCALES {} first".format(height, width, canvas[0], canvas[1], tuple(scales)))
+    return canvas
+
+
 class BatchCollator:
     """Collate items given as tuples in ``data_names`` order.
 
-    Tensor fields are padded (``pad_stack``) to the batch maximum in every dim: images to
-    the largest ``(H, W)``, boxes/masks to the most boxes, text to the longest. Fields that
+    Tensor fields are padded (``pad_stack``) to the batch maximum in every dim: boxes/masks to
+    the most boxes, text to the longest. Images ``(3, H, W)`` are padded to their
+    :func:`image_canvas` when ``scales`` is given, else to the largest ``(H, W)`` of the batch.
+    With a canvas, a batch of one orientation is ``short x long`` (or ``long x short``) whatever
+    its images, so each image's features are those it has alone; a batch mixing portrait and
+    landscape images is padded to ``long x long``, as in the reference, and there the bottom or
+    right border of an image sees more padding than alone. Fields that
     are lists of tensors (answer / rationale choices and their align matrices) become one
     tensor ``(N, num_choices, ...)`` padded over all choices of the batch. Anything else is
     returned as a list.
@@ -44,20 +79,28 @@ class BatchCollator:
         pad_values (dict): name -> pad value, overriding ``DEFAULT_PAD_VALUES``.
         append_ind (bool): append the int64 position of each item in the batch as a last
             field (``DATASET.APPEND_INDEX``).
+        scales (pair of int, optional): ``SCALES`` of the fixed image canvas (see
+            :func:`canvas_scales`); None pads images to the batch maximum.
     Raises:
-        ValueError: items of one batch with different numbers of choices in a list field.
+        ValueError: items of one batch with different numbers of choices in a list field; an
+            image larger than its canvas.
     """
 
-    def __init__(self, data_names, pad_values=None, append_ind=False):
+    def __init__(self, data_names, pad_values=None, append_ind=False, scales=None):
         self.data_names = list(data_names)
         self.pad_values = dict(DEFAULT_PAD_VALUES, **(pad_values or {}))
         self.append_ind = append_ind
+        self.scales = tuple(scales) if scales else None
 
     def _collate_field(self, name, values):
         pad = self.pad_values.get(name, 0)
         first = values[0]
         if isinstance(first, torch.Tensor):
-            return pad_stack(list(values), pad)
+            min_shape = None
+            if name == "image" and self.scales:
+                canvases = [image_canvas(v.shape[-2], v.shape[-1], self.scales) for v in values]
+                min_shape = first.shape[:-2] + tuple(max(c) for c in zip(*canvases))
+            return pad_stack(list(values), pad, min_shape)
         if isinstance(first, (list, tuple)) and first and isinstance(first[0], torch.Tensor):
             counts = {len(v) for v in values}
             if len(counts) != 1:
@@ -72,3 +115,19 @@ class BatchCollator:
         if self.append_ind:
             fields += (torch.arange(len(batch), dtype=torch.int64),)
         return fields
+
+
+def canvas_scales(cfg):
+    """``SCALES`` of the fixed image canvas of ``cfg`` for :class:`BatchCollator`, or None.
+
+    None (pad images to the batch maximum) when ``DATASET.PAD_TO_BATCH_MAX`` is set or ``SCALES``
+    is empty (images keep their own sizes, so no canvas holds them all).
+
+    Args:
+        cfg: CfgNode with ``SCALES`` and ``DATASET.PAD_TO_BATCH_MAX``.
+    Returns:
+        tuple ``(short, long)`` of int, or None.
+    """
+    if cfg.DATASET.PAD_TO_BATCH_MAX or not cfg.SCALES:
+        return None
+    return tuple(int(s) for s in cfg.SCALES)

@@ -18,8 +18,8 @@ Difference from the reference release: its flip mirrors the image but leaves the
 alone, so "the man on the left" becomes false for half of the training samples. Ours also
 swaps the words left <-> right (and leftmost <-> rightmost) so the label stays true. The
 swap is word-based: "right" meaning "correct" is swapped too.
-The reference also pads every image to a fixed ``SCALES`` canvas; we pad per batch in
-``common.data.collate`` instead.
+Padding is not a transform here: ``common.data.collate`` pads each image to the reference's fixed
+``SCALES`` canvas (its VCR ``FixPadding``) when it stacks a batch.
 """
 import re
 
