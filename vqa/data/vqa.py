@@ -11,8 +11,8 @@ import os
 import torch
 from torch.utils.data import Dataset
 
-from common.data.collate import index_from_im_info
 from common.data.build import register_dataset
+from common.data.collate import index_from_im_info
 from common.data.feature_cache import FeatureCache, FeatureCacheError
 from common.data.loading import check_image_size, load_image
 from common.data.region_features import FeatureFileError, feature_json_path, read_feature_json
