@@ -11,7 +11,6 @@ written once.
 """
 import os
 import random
-from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -24,6 +23,7 @@ from common.cli import config_from_args, setup_output, train_argument_parser, tr
 from common.compile import compile_forward
 from common.data.build import make_dataloader
 from common.data.multitask import MultiTaskDataLoader, dataset_configs
+from common.evaluation import MetricEvaluator, inference_on_dataset
 from common.hooks.checkpoint import checkpoint_hooks
 from common.hooks.lr_scheduler import LRSchedulerHook
 from common.hooks.speedometer import Speedometer
@@ -33,7 +33,7 @@ from common.hooks.validation_monitor import ValidationMonitor
 from common.lr_scheduler import build_lr_scheduler, updates_per_epoch
 from common.modeling.module import held_random_init_warnings, warn_random_init
 from common.optim import build_optimizer, images_per_step
-from common.trainer import Trainer, to_device
+from common.trainer import Trainer
 
 # Apex's floor for the dynamic loss scale in the reference's amp.initialize call.
 MIN_LOSS_SCALE = 128.0
@@ -122,35 +122,15 @@ def load_for_inference(task, cfg, ckpt_path, device):
     return model.to(device).eval()
 
 
-@torch.no_grad()
 def run_validation(net, val_loader, metrics, label_index_in_batch):
-    """Evaluate ``net`` on ``val_loader``: labels are taken out of each batch and put into the outputs.
-
-    The one evaluation rule of the project: the forward runs in fp32 (autocast off), whatever the
-    training precision, so epoch-end validation and the val/test scripts give the same predictions
-    for the same weights (fp16/bf16 logits of close candidates tie, and argmax then picks the first).
+    """Epoch-end validation: ``metrics`` (reset, then updated with each batch's outputs and ``label``) over
+    ``val_loader`` through :func:`common.evaluation.inference_on_dataset` (fp32, no DDP forward).
 
     Args:
-        metrics: ``reset()`` first, then ``update(outputs)`` per batch (outputs hold ``label``).
-        label_index_in_batch: index of the label in the batch tuple (DATASET.LABEL_INDEX_IN_BATCH); None:
-            the batch has no separate label (the model returns its labels in ``outputs``).
+        label_index_in_batch: the label field, its name or its position (DATASET.LABEL_INDEX_IN_BATCH);
+            None: the batch has no separate label (the model returns its labels in ``outputs``).
     """
-    if isinstance(net, torch.nn.parallel.DistributedDataParallel):
-        net = net.module  # no DDP forward: ranks may hold different numbers of val batches
-    was_training = net.training
-    net.eval()
-    metrics.reset()
-    device = next(net.parameters()).device
-    for batch in val_loader:
-        batch = to_device(list(batch), device)
-        label = None if label_index_in_batch is None else batch.pop(label_index_in_batch)
-        outputs = net(*batch)
-        if isinstance(outputs, tuple):  # a model that returns (outputs, loss) in eval mode too
-            outputs = outputs[0]
-        if label is not None:
-            outputs["label"] = label
-        metrics.update(outputs)
-    net.train(was_training)
+    inference_on_dataset(net, val_loader, MetricEvaluator(metrics), label_index_in_batch)
 
 
 def train_net(args, cfg, task):
@@ -241,17 +221,16 @@ def inference_device():
 
 def test_net(task, cfg, ckpt_path, save_path, save_name):
     """Predict the test split with the checkpoint ``ckpt_path`` and write the task's result file
-    under ``save_path`` (name from ``save_name``, see :meth:`common.task.Task.write_results`), in
-    fp32 like validation (:func:`run_validation`). Inside a process group each rank predicts its
-    shard of the test set (the task's writer gathers them); otherwise one process predicts all.
+    under ``save_path`` (name from ``save_name``, see :meth:`common.task.Task.test_evaluator`), through
+    :func:`common.evaluation.inference_on_dataset` (fp32). Inside a process group each rank predicts its
+    shard of the test set (the task's evaluator gathers them); otherwise one process predicts all.
 
     Returns:
         path of the written file.
     """
-    device = inference_device()
-    model = load_for_inference(task, cfg, ckpt_path, device)
+    model = load_for_inference(task, cfg, ckpt_path, inference_device())
     loader = build_loader(task, cfg, "test", cdist.get_world_size(), cdist.get_rank())
-    return task.write_results(cfg, model, loader, save_path, save_name, nullcontext)
+    return inference_on_dataset(model, loader, task.test_evaluator(cfg, loader.dataset, save_path, save_name))
 
 
 def train_main(task, description):

@@ -109,10 +109,10 @@ class Task:
         after the generic prefix changes; None: no task-specific renames."""
         return None
 
-    def write_results(self, cfg, model, loader, save_path, save_name, autocast):
-        """Write the predictions of ``model`` (eval mode) on the test ``loader`` in the task's result
-        format, as a file under the folder ``save_path`` whose name starts with ``save_name``;
-        ``autocast()`` gives the forward's context. Returns the file's path.
+    def test_evaluator(self, cfg, dataset, save_path, save_name):
+        """The :class:`common.evaluation.DatasetEvaluator` of the test split: its ``evaluate()`` writes the
+        predictions on ``dataset`` in the task's result format, as a file under the folder ``save_path``
+        whose name starts with ``save_name``, and returns the file's path.
 
         Raises:
             NotImplementedError: the task has no result writer.

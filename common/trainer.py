@@ -39,6 +39,7 @@ import torch
 from tqdm import tqdm
 
 from common.amp import LossScaler
+from common.data.collate import Batch
 from common.logs import get_logger
 from common.hooks.base import HookBase, TrainContext
 from common.train_state import check_train_state, new_train_state
@@ -51,7 +52,10 @@ class TrainingDivergedError(RuntimeError):
 
 
 def to_device(batch, device):
-    """Move the tensors of a batch (tuple/list, nested lists allowed) to ``device``."""
+    """Move the tensors of a batch (tuple/list, nested lists allowed) to ``device``; a
+    :class:`common.data.collate.Batch` stays one, with its names and extras."""
+    if isinstance(batch, Batch):
+        return batch.map(lambda v: to_device(v, device))
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=True)
     if isinstance(batch, (list, tuple)):

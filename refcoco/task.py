@@ -7,7 +7,7 @@ from common.task import Task, register_task
 import refcoco.data  # noqa: F401  (registers the 'refcoco+' dataset)
 from refcoco.data.refcoco import DATASET_NAME, split_referred_boxes
 from refcoco.function.config import VALUE_RULES, check_config, refcoco_defaults
-from refcoco.function.test import predict_boxes, print_accuracies, split_accuracies, write_result_json
+from refcoco.function.test import ResultJSON
 from refcoco.metrics import ChosenBoxPositive, RefAccuracy
 from refcoco.modules import MODELS
 
@@ -36,16 +36,11 @@ class RefCOCOTask(Task):
     check_config = staticmethod(check_config)
     value_rules = VALUE_RULES
 
-    def write_results(self, cfg, model, loader, save_path, save_name, autocast):
-        """``{save_path}/{save_name}_refcoco+_{TEST_IMAGE_SET}.json`` (the reference's name and rows, see
-        :func:`refcoco.function.test.write_result_json`); prints the accuracy per split (test labels are public)."""
-        dataset = loader.dataset
-        boxes = predict_boxes(model, loader, autocast)
-        path = os.path.join(save_path, "{}_{}_{}.json".format(save_name, DATASET_NAME, cfg.DATASET.TEST_IMAGE_SET))
-        write_result_json(path, dataset, boxes)
-        print("result json saved to {}".format(path))
-        print_accuracies(split_accuracies(dataset, boxes))
-        return path
+    def test_evaluator(self, cfg, dataset, save_path, save_name):
+        """Writes ``{save_path}/{save_name}_refcoco+_{TEST_IMAGE_SET}.json`` (the reference's name and rows, see
+        :func:`refcoco.function.test.write_result_json`) and prints the accuracy per split (test labels are public)."""
+        return ResultJSON(dataset, os.path.join(save_path, "{}_{}_{}.json".format(save_name, DATASET_NAME,
+                                                                                  cfg.DATASET.TEST_IMAGE_SET)))
 
 
 TASK = register_task(RefCOCOTask())

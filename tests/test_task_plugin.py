@@ -22,6 +22,7 @@ import torch
 from common.config import common_defaults
 from common.data.build import register_dataset
 from common.data.samplers import resolve_key
+from common.evaluation import DatasetEvaluator
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.eval_metric import EvalMetric
 from common.metrics.loss_logger import LossLogger
@@ -96,13 +97,25 @@ class ToyTask(Task):
                 metrics.add(LossLogger(output, shown))
         return metrics
 
-    def write_results(self, cfg, model, loader, save_path, save_name, autocast):
-        path = os.path.join(save_path, save_name + "_toy.txt")
-        os.makedirs(save_path, exist_ok=True)
-        with open(path, "w") as f, torch.no_grad(), autocast():
-            for x, _ in loader:
-                f.writelines("{}\\n".format(p) for p in model(x, None)["label_logits"].argmax(1).tolist())
-        return path
+    def test_evaluator(self, cfg, dataset, save_path, save_name):
+        return ToyResults(os.path.join(save_path, save_name + "_toy.txt"))
+
+
+class ToyResults(DatasetEvaluator):
+    def __init__(self, path):
+        self.path = path
+
+    def reset(self):
+        self.preds = []
+
+    def process(self, inputs, outputs):
+        self.preds += outputs["label_logits"].argmax(1).tolist()
+
+    def evaluate(self):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path, "w") as f:
+            f.writelines("{}\\n".format(p) for p in self.preds)
+        return self.path
 
 
 register_dataset("toy_sum", SumDataset)

@@ -95,9 +95,9 @@ def test_predictions_keep_one_answer_per_question_when_a_sampler_repeats_items(i
     result still has each question once, equal to the plain loader's."""
     from common.data.samplers import DistributedSampler
     from common.engine import load_for_inference
-    from contextlib import nullcontext
+    from common.evaluation import inference_on_dataset
     from torch.utils.data import BatchSampler, DataLoader
-    from vqa.function.test import predict_answers
+    from vqa.function.test import Answers
     from vqa.task import TASK
 
     model_dir, _ = trained["base_4x16G_fp32"]
@@ -107,8 +107,8 @@ def test_predictions_keep_one_answer_per_question_when_a_sampler_repeats_items(i
     order = [i for r in range(2) for i in DistributedSampler(5, 2, r, shuffle=False)]
     assert sorted(order) == [0, 0, 1, 2, 3, 4]
     padded = DataLoader(plain.dataset, batch_sampler=BatchSampler(order, 2, False), collate_fn=plain.collate_fn)
-    expected = predict_answers(model, plain, nullcontext)
-    assert predict_answers(model, padded, nullcontext) == expected
+    expected = inference_on_dataset(model, plain, Answers(plain.dataset))
+    assert inference_on_dataset(model, padded, Answers(plain.dataset)) == expected
     assert len(expected) == 5
 
 

@@ -8,8 +8,7 @@ from common.task import Task, register_task
 import vcr.data  # noqa: F401  (registers the 'vcr' dataset)
 from vcr.function.config import VALUE_RULES, check_config, vcr_defaults
 from vcr.function.metrics import Accuracy
-from vcr.function.result_csv import write_result_csv
-from vcr.function.test import test_probabilities
+from vcr.function.test import TestProbabilities
 from vcr.modules import MODELS
 
 # Pretraining relationship head (the reference's spelling) and the VCR classifier it becomes.
@@ -77,8 +76,8 @@ class VCRTask(Task):
         return functools.partial(pretrain_renames, segmb_init=cfg.NETWORK.PARTIAL_PRETRAIN_SEGMB_INIT,
                                  load_rel_head=cfg.NETWORK.LOAD_REL_HEAD)
 
-    def write_results(self, cfg, model, loader, save_path, save_name, autocast):
-        """``{save_path}/{save_name}_test_result_{TASK}.csv`` (the leaderboard format).
+    def test_evaluator(self, cfg, dataset, save_path, save_name):
+        """Writes ``{save_path}/{save_name}_test_result_{TASK}.csv`` (the leaderboard format).
 
         Raises:
             ValueError: DATASET.TASK is not 'Q2A' or 'QA2R' (a Q2AR file merges the two).
@@ -86,11 +85,7 @@ class VCRTask(Task):
         task = cfg.DATASET.TASK
         if task not in ("Q2A", "QA2R"):
             raise ValueError("DATASET.TASK: the test CSV is written per task, 'Q2A' or 'QA2R', got {!r}".format(task))
-        probs = test_probabilities(model, loader, task, autocast)
-        path = os.path.join(save_path, "{}_test_result_{}.csv".format(save_name, task))
-        write_result_csv(path, task, loader.dataset.annot_ids, probs.tolist())
-        print("result csv saved to {}".format(path))
-        return path
+        return TestProbabilities(task, dataset, os.path.join(save_path, "{}_test_result_{}.csv".format(save_name, task)))
 
 
 TASK = register_task(VCRTask())

@@ -11,7 +11,7 @@ import vqa.data.vqa  # noqa: F401  (registers the 'vqa' dataset)
 from vqa.data.answers import AnswerVocab
 from vqa.function.config import VALUE_RULES, check_config, vqa_defaults
 from vqa.function.metrics import SoftAccuracy
-from vqa.function.test import predict_answers, result_json_path, write_result_json
+from vqa.function.test import ResultJSON, result_json_path
 from vqa.modules import MODELS
 
 WORD_EMBEDDINGS = "word_embeddings.weight"
@@ -86,11 +86,10 @@ class VQATask(Task):
         if cfg.NETWORK.CLASSIFIER_PRETRAINED:
             init_classifier_from_answers(model, cfg)
 
-    def write_results(self, cfg, model, loader, save_path, save_name, autocast):
-        """``{save_path}/{save_name}_vqa2_{TEST_IMAGE_SET}.json``: ``[{"question_id": int, "answer": str}]``
+    def test_evaluator(self, cfg, dataset, save_path, save_name):
+        """Writes ``{save_path}/{save_name}_vqa2_{TEST_IMAGE_SET}.json``: ``[{"question_id": int, "answer": str}]``
         with every question of the split once, gathered over the ranks (written by rank 0)."""
-        results = predict_answers(model, loader, autocast)
-        return write_result_json(results, result_json_path(save_path, save_name, cfg.DATASET.TEST_IMAGE_SET))
+        return ResultJSON(dataset, result_json_path(save_path, save_name, cfg.DATASET.TEST_IMAGE_SET))
 
 
 TASK = register_task(VQATask())

@@ -70,8 +70,9 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
         dataset: use this dataset instead of building one from ``cfg`` (it must accept
             ``SampleKey`` indices, see the module docstring).
     Returns:
-        ``torch.utils.data.DataLoader`` yielding tuples in ``dataset.data_names`` order
-        (plus the in-batch index when ``DATASET.APPEND_INDEX``).
+        ``torch.utils.data.DataLoader`` yielding :class:`common.data.collate.Batch` tuples in
+        ``dataset.data_names`` order (plus the in-batch index when ``DATASET.APPEND_INDEX``), with the
+        extras of the dataset's ``batch_extras`` (name -> function of the fields by name), if any.
     """
     if dataset is None:
         dataset = build_dataset(cfg, mode)
@@ -85,5 +86,6 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
     # global RNG that a resumed run restores (exact mid-epoch resume).
     return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers, generator=torch.Generator(),
                       collate_fn=BatchCollator(dataset.data_names, pad_values=getattr(dataset, "pad_values", None),
-                                               append_ind=cfg.DATASET.APPEND_INDEX, scales=canvas_scales(cfg)),
+                                               append_ind=cfg.DATASET.APPEND_INDEX, scales=canvas_scales(cfg),
+                                               extras=getattr(dataset, "batch_extras", None)),
                       pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)

@@ -18,6 +18,73 @@ DEFAULT_PAD_VALUES = {
 }
 
 
+def index_from_im_info(fields):
+    """Dataset index of each item of a batch whose ``im_info`` rows are ``width, height, scale_x, scale_y,
+    index`` (VCR, VQA, RefCOCO+): int64 ``(N,)``. The models take ``im_info`` as it is, so the index stays
+    stored there (float32, exact below 2**24) and is read once, here.
+
+    Args:
+        fields: dict name -> collated field, with ``im_info`` float ``(N, 5)``.
+    """
+    return fields["im_info"][:, 4].round().long()
+
+
+class Batch(tuple):
+    """A collated batch: the fields in ``names`` order (a tuple, what ``model(*batch)`` takes), also given
+    by name, plus ``extras`` the model does not take (e.g. ``index``, the int64 ``(N,)`` dataset index).
+
+    Args:
+        fields: the collated fields.
+        names: one name per field.
+        extras: dict name -> value.
+    Raises:
+        ValueError: ``fields`` and ``names`` differ in length.
+    """
+
+    def __new__(cls, fields, names, extras=None):
+        fields = tuple(fields)
+        if len(fields) != len(names):
+            raise ValueError("a batch of {} fields got {} names {}".format(len(fields), len(names), list(names)))
+        batch = super().__new__(cls, fields)
+        batch.names, batch.extras = tuple(names), dict(extras or {})
+        return batch
+
+    def __reduce__(self):  # DataLoader workers send batches by pickle
+        return Batch, (tuple(self), self.names, self.extras)
+
+    def as_dict(self):
+        """dict name -> value of the fields, then the extras."""
+        return dict(zip(self.names, self), **self.extras)
+
+    def field(self, name):
+        """The field or extra ``name``; KeyError naming the batch's names otherwise."""
+        if name in self.extras:
+            return self.extras[name]
+        if name not in self.names:
+            raise KeyError("the batch has no field {!r}: it has {}".format(name, list(self.names) + list(self.extras)))
+        return self[self.names.index(name)]
+
+    def without(self, name):
+        """The batch less the field ``name`` (e.g. the label the model does not take in evaluation)."""
+        keep = [i for i, n in enumerate(self.names) if n != name]
+        return Batch([self[i] for i in keep], [self.names[i] for i in keep], self.extras)
+
+    def replace(self, **fields):
+        """The batch with the named fields replaced (same positions)."""
+        unknown = set(fields) - set(self.names)
+        if unknown:
+            raise KeyError("the batch has no field {}: it has {}".format(sorted(unknown), list(self.names)))
+        return Batch([fields.get(n, v) for n, v in zip(self.names, self)], self.names, self.extras)
+
+    def map(self, fn):
+        """The batch with ``fn`` applied to every field and extra."""
+        return Batch([fn(v) for v in self], self.names, {k: fn(v) for k, v in self.extras.items()})
+
+    def pin_memory(self):
+        """Pinned copy (the DataLoader calls this with ``pin_memory=True``; a plain tuple would lose the names)."""
+        return self.map(lambda v: v.pin_memory() if isinstance(v, torch.Tensor) else v)
+
+
 def pad_stack(tensors, pad=0, min_shape=None):
     """Stack tensors of the same rank, padding each dim at its end to the batch maximum.
 
@@ -78,16 +145,21 @@ class BatchCollator:
         data_names (list of str): field names of an item, in order.
         pad_values (dict): name -> pad value, overriding ``DEFAULT_PAD_VALUES``.
         append_ind (bool): append the int64 position of each item in the batch as a last
-            field (``DATASET.APPEND_INDEX``).
+            field named ``batch_position`` (``DATASET.APPEND_INDEX``).
         scales (pair of int, optional): ``SCALES`` of the fixed image canvas (see
             :func:`canvas_scales`); None pads images to the batch maximum.
+        extras (dict): name -> function of the fields by name, giving a :class:`Batch` extra
+            (e.g. ``{"index": index_from_im_info}``).
+    Returns (on call):
+        :class:`Batch`.
     Raises:
         ValueError: items of one batch with different numbers of choices in a list field; an
             image larger than its canvas.
     """
 
-    def __init__(self, data_names, pad_values=None, append_ind=False, scales=None):
+    def __init__(self, data_names, pad_values=None, append_ind=False, scales=None, extras=None):
         self.data_names = list(data_names)
+        self.extras = dict(extras or {})
         self.pad_values = dict(DEFAULT_PAD_VALUES, **(pad_values or {}))
         self.append_ind = append_ind
         self.scales = tuple(scales) if scales else None
@@ -112,9 +184,12 @@ class BatchCollator:
 
     def __call__(self, batch):
         fields = tuple(self._collate_field(name, values) for name, values in zip(self.data_names, zip(*batch)))
+        names = self.data_names
         if self.append_ind:
             fields += (torch.arange(len(batch), dtype=torch.int64),)
-        return fields
+            names = names + ["batch_position"]
+        by_name = dict(zip(names, fields))
+        return Batch(fields, names, {name: fn(by_name) for name, fn in self.extras.items()})
 
 
 def canvas_scales(cfg):

@@ -11,6 +11,7 @@ import os
 import torch
 from torch.utils.data import Dataset
 
+from common.data.collate import index_from_im_info
 from common.data.loading import load_image
 from common.data.samplers import resolve_key
 from common.data.tokenizer import build_tokenizer
@@ -184,6 +185,9 @@ class RefCOCO(Dataset):
     # ------------------------------------------------------------------ public helpers
     def __len__(self):
         return len(self.items)
+
+    # Read by common.data.build.make_dataloader: each batch's dataset indices by name (batch.field("index")).
+    batch_extras = {"index": index_from_im_info}
 
     @property
     def data_names(self):

@@ -1,45 +1,31 @@
-"""RefCOCO+ evaluation: the box each expression picks, accuracy per split and the result JSON, in fp32 like
-epoch-end validation (the project's one evaluation rule, see ``common.engine.run_validation``)."""
+"""RefCOCO+ evaluators: the box each expression picks, accuracy per split and the result JSON, through the one
+inference loop (:func:`common.evaluation.inference_on_dataset`, fp32)."""
 import json
 from collections import OrderedDict
 
 import torch
 
-from common.engine import build_loader, inference_device, load_for_inference, run_validation
+from common import distributed as cdist
+from common.engine import build_loader, inference_device, load_for_inference
+from common.evaluation import IndexedPredictions, inference_on_dataset
 from common.safe_write import atomic_write
-from common.trainer import to_device
 from refcoco.metrics import grounding_correct
 
-# Fields of a batch the model's inference forward takes (``RefCOCO.data_names`` order; a label follows in val).
-INFERENCE_INPUTS = 4
 
+class PredictedBoxes(IndexedPredictions):
+    """The box each expression picks, the model's ``pred_boxes`` ``[B, 4]`` (original image pixels):
+    ``evaluate()`` gives ``[size, 4]`` float32, row i for dataset item i, gathered over ranks (RuntimeError
+    when the ranks together did not visit every item)."""
 
-class PredictedBoxes:
-    """Metric-like recorder (``reset`` / ``update``) of the model's ``pred_boxes`` ``[B, 4]`` and ``index``
-    ``[B]`` outputs; after a pass, :meth:`in_dataset_order` gives one box per dataset item."""
-
-    def __init__(self):
+    def __init__(self, size):
+        self.size = size
         self.reset()
 
-    def reset(self):
-        self._index, self._boxes = [], []
+    def predict(self, inputs, outputs):
+        return outputs["pred_boxes"].float()
 
-    def update(self, outputs):
-        self._index.append(outputs["index"].detach().long().cpu())
-        self._boxes.append(outputs["pred_boxes"].detach().float().cpu())
-
-    def in_dataset_order(self, size):
-        """``[size, 4]`` float32 predicted boxes, row i for dataset item i.
-
-        Raises:
-            ValueError: the pass did not visit every item exactly once.
-        """
-        index = torch.cat(self._index) if self._index else torch.zeros(0, dtype=torch.long)
-        if sorted(index.tolist()) != list(range(size)):
-            raise ValueError("the evaluation visited {} items, not each of the {} items once".format(len(index), size))
-        boxes = torch.empty(size, 4)
-        boxes[index] = torch.cat(self._boxes)
-        return boxes
+    def evaluate(self):
+        return self.predictions(self.size)
 
 
 def split_accuracies(dataset, pred_boxes):
@@ -69,25 +55,33 @@ def print_accuracies(accuracies):
 
 
 def val_accuracies(task, cfg, ckpt_path):
-    """Accuracies (:func:`split_accuracies`) of the checkpoint on ``DATASET.VAL_IMAGE_SET`` with ``VAL_BOXES``,
-    through the epoch-end validation loop (``common.engine.run_validation``, fp32)."""
+    """Accuracies (:func:`split_accuracies`) of the checkpoint on ``DATASET.VAL_IMAGE_SET`` with ``VAL_BOXES``."""
     model = load_for_inference(task, cfg, ckpt_path, inference_device())
     loader = build_loader(task, cfg, "val")
-    recorder = PredictedBoxes()
-    run_validation(model, loader, recorder, cfg.DATASET.LABEL_INDEX_IN_BATCH)
-    return split_accuracies(loader.dataset, recorder.in_dataset_order(len(loader.dataset)))
+    boxes = inference_on_dataset(model, loader, PredictedBoxes(len(loader.dataset)), task.label_index_in_batch(cfg))
+    return split_accuracies(loader.dataset, boxes)
 
 
-@torch.no_grad()
-def predict_boxes(model, loader, autocast):
-    """The box each expression of ``loader``'s data set picks, ``[N, 4]`` float32 in dataset order
-    (original image pixels); ``autocast()`` gives the forward's context."""
-    device = next(model.parameters()).device
-    recorder = PredictedBoxes()
-    for batch in loader:
-        with autocast():
-            recorder.update(model(*to_device(list(batch)[:INFERENCE_INPUTS], device)))
-    return recorder.in_dataset_order(len(loader.dataset))
+class ResultJSON(PredictedBoxes):
+    """The predicted boxes of a split written to ``path`` (:func:`write_result_json`, rank 0), then the accuracy per
+    split printed (:func:`print_accuracies`; the test labels are public). ``evaluate()`` returns ``path``.
+
+    Args:
+        dataset: the :class:`refcoco.data.RefCOCO` split.
+    """
+
+    def __init__(self, dataset, path):
+        super().__init__(len(dataset))
+        self.dataset, self.path = dataset, path
+
+    def evaluate(self):
+        boxes = super().evaluate()
+        if cdist.is_main_process():
+            write_result_json(self.path, self.dataset, boxes)
+            print("result json saved to {}".format(self.path))
+            print_accuracies(split_accuracies(self.dataset, boxes))
+        cdist.barrier()
+        return self.path
 
 
 def write_result_json(path, dataset, pred_boxes):

@@ -13,6 +13,7 @@ from pytorch_pretrained_bert import BasicTokenizer
 from skimage.draw import polygon as draw_polygon
 from torch.utils.data import Dataset
 
+from common.data.collate import index_from_im_info
 from common.data.loading import check_image_size, load_image, load_json, read_json_lines
 from common.data.samplers import resolve_key
 from common.errors import UserInputError
@@ -297,6 +298,9 @@ class VCRDataset(Dataset):
                     sizes[a["metadata_fn"]] = 0 if meta["width"] >= meta["height"] else 1
             self._group_ids = [sizes[a["metadata_fn"]] for a in self.annotations]
         return self._group_ids
+
+    # Read by common.data.build.make_dataloader: each batch's dataset indices by name (batch.field("index")).
+    batch_extras = {"index": index_from_im_info}
 
     @property
     def data_names(self):

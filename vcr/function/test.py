@@ -1,72 +1,77 @@
-"""VCR evaluation on val (per-item correctness) and test (answer probabilities), in fp32 like epoch-end
-validation (the project's one evaluation rule, see ``common.engine.run_validation``)."""
+"""VCR evaluators: per-item correctness on val, the leaderboard CSV of answer probabilities on test; both run
+through the one inference loop (:func:`common.evaluation.inference_on_dataset`, fp32)."""
 import torch
 import torch.nn.functional as F
 
-from common.engine import build_loader, inference_device, load_for_inference, run_validation
-from common.trainer import to_device
+from common import distributed as cdist
+from common.engine import build_loader, inference_device, load_for_inference
+from common.evaluation import LABEL, IndexedPredictions, inference_on_dataset
+from vcr.function.result_csv import write_result_csv
 
-# Position of the (conditioned) question and its align matrix in a VCR batch (data_names order).
-QUESTION, QUESTION_ALIGN = 3, 4
 
+class CorrectItems(IndexedPredictions):
+    """Whether the highest ``label_logits`` of each item is its label; ``evaluate()`` gives bool ``(N,)`` in
+    dataset (annotation-file) order, gathered over ranks.
 
-class CorrectItems:
-    """Metric for :func:`common.engine.run_validation` that keeps, per item, whether the highest
-    ``label_logits`` is the label: ``items`` bool (N,), in loader order, after the run."""
+    Args:
+        size: number of items of the dataset.
+    """
 
-    def __init__(self):
+    def __init__(self, size):
+        self.size = size
         self.reset()
 
-    def reset(self):
-        self._rows = []
+    def predict(self, inputs, outputs):
+        return outputs["label_logits"].argmax(1) == inputs.field(LABEL).view(-1)
 
-    def update(self, outputs):
-        self._rows.append((outputs["label_logits"].argmax(1) == outputs["label"].view(-1)).cpu())
-
-    @property
-    def items(self):
-        return torch.cat(self._rows) if self._rows else torch.zeros(0, dtype=torch.bool)
+    def evaluate(self):
+        return self.predictions(self.size)
 
 
 def val_correct(task, cfg, ckpt_path):
-    """Which val items the checkpoint answers right (Q->A or QA->R by DATASET.TASK), through the
-    epoch-end validation loop (``common.engine.run_validation``, fp32).
+    """Which val items the checkpoint answers right (Q->A or QA->R by DATASET.TASK).
 
     Returns:
         Tensor bool (N,), in annotation-file order, so two models' results can be combined
         into Q->AR accuracy (both right).
     """
     model = load_for_inference(task, cfg, ckpt_path, inference_device())
-    correct = CorrectItems()
-    run_validation(model, build_loader(task, cfg, "val"), correct, cfg.DATASET.LABEL_INDEX_IN_BATCH)
-    return correct.items
+    loader = build_loader(task, cfg, "val")
+    return inference_on_dataset(model, loader, CorrectItems(len(loader.dataset)), task.label_index_in_batch(cfg))
 
 
-@torch.no_grad()
-def test_probabilities(model, loader, task, autocast):
-    """Softmax probabilities of every test item, in loader order.
+class TestProbabilities(IndexedPredictions):
+    """The leaderboard CSV of a test split (:func:`vcr.function.result_csv.write_result_csv`): softmax
+    probabilities of every item, float32 (N, 4) for 'Q2A'; (N, 16) for 'QA2R', the 4 rationale
+    probabilities conditioned on answer 0, then on answer 1, ... (the test items carry one question per
+    answer in ``question[:, i]``). ``evaluate()`` writes ``path`` on rank 0 and returns it.
 
     Args:
         task: DATASET.TASK, 'Q2A' or 'QA2R'.
-        autocast: zero-argument callable giving the forward's context.
-    Returns:
-        Tensor float32 (N, 4) for 'Q2A'; (N, 16) for 'QA2R', the 4 rationale probabilities
-        conditioned on answer 0, then on answer 1, ... (the test items carry one question per
-        answer in ``question[:, i]``).
+        dataset: the test :class:`vcr.data.VCRDataset` (its ``annot_ids`` name the rows).
+        path: the CSV file.
     """
-    device = next(model.parameters()).device
-    rows = []
-    for batch in loader:
-        batch = to_device(list(batch), device)
-        with autocast():
-            if task == "Q2A":
-                probs = F.softmax(model(*batch)["label_logits"].float(), dim=1)
-            else:
-                conditioned = []
-                for i in range(batch[QUESTION].shape[1]):
-                    inputs = list(batch)
-                    inputs[QUESTION], inputs[QUESTION_ALIGN] = batch[QUESTION][:, i], batch[QUESTION_ALIGN][:, i]
-                    conditioned.append(F.softmax(model(*inputs)["label_logits"].float(), dim=1))
-                probs = torch.cat(conditioned, dim=1)
-        rows.append(probs.cpu())
-    return torch.cat(rows)
+
+    def __init__(self, task, dataset, path):
+        self.task, self.dataset, self.path = task, dataset, path
+        self.reset()
+
+    def forward(self, model, inputs):
+        if self.task == "Q2A":
+            return {"probs": F.softmax(model(*inputs)["label_logits"].float(), dim=1)}
+        question, align = inputs.field("question"), inputs.field("question_align_matrix")
+        conditioned = [F.softmax(model(*inputs.replace(question=question[:, i], question_align_matrix=align[:, i]))
+                                 ["label_logits"].float(), dim=1) for i in range(question.shape[1])]
+        return {"probs": torch.cat(conditioned, dim=1)}
+
+    def predict(self, inputs, outputs):
+        return outputs["probs"]
+
+    def evaluate(self):
+        probs = self.predictions(len(self.dataset))
+        if cdist.is_main_process():
+            write_result_csv(self.path, self.task, self.dataset.annot_ids, probs.tolist())
+            print("result csv saved to {}".format(self.path))
+        cdist.barrier()
+        return self.path
+

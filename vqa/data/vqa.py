@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from common.data.build import register_dataset
+from common.data.collate import index_from_im_info
 from common.data.feature_cache import FeatureCache, FeatureCacheError
 from common.data.loading import check_image_size, load_image
 from common.data.region_features import FeatureFileError, feature_json_path, read_feature_json
@@ -116,6 +117,9 @@ class VQADataset(Dataset):
             and annotation files of different splits, or an answer file that is not
             ``answer_vocab_size`` long.
     """
+
+    # Read by common.data.build.make_dataloader: each batch's dataset indices by name (batch.field("index")).
+    batch_extras = {"index": index_from_im_info}
 
     # Read by common.data.build.make_dataloader: -1 would pass the model's box mask (> -1.5).
     pad_values = {"boxes": -2.0}
