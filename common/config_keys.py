@@ -10,10 +10,11 @@ without one):
 * ``refused(reason)``: a value other than the default would give silently wrong results or a
   crash deep inside; :func:`check_config` stops with a :class:`~common.config.ConfigError`.
 
-:data:`SHARED_STATUS` holds the keys of :func:`common.config.common_defaults` that shared code
-reads (engine, data builder, trainer, optimizer, Fast R-CNN, VL-BERT). Keys that only a task's
-own data set or model reads are ``TASK`` there, and each ``<task>/function/config.py`` states
-their status and that of its own keys in a ``KEY_STATUS`` table passed to :func:`task_key_status`.
+:data:`SHARED_STATUS` holds the keys of :func:`common.config.common_defaults` (engine, data builder,
+trainer, optimizer). A group of keys has its table next to the function that adds it
+(:data:`common.modeling.vlbert_config.VLBERT_STATUS`), and each ``<task>/function/config.py`` states
+the status of its own keys, and of those it reads differently, in a ``KEY_STATUS`` table passed to
+:func:`task_key_status`.
 The entry points (``common.engine.train_net``, ``load_for_inference``) call the task's
 ``check_config(cfg)`` before anything else.
 """
@@ -28,15 +29,13 @@ IMPLEMENTED, WARNED, REFUSED = "implemented", "warned", "refused"
 
 
 class Status(NamedTuple):
-    """Status of one key: ``kind`` is IMPLEMENTED, WARNED, REFUSED (or "task", see :data:`TASK`);
+    """Status of one key: ``kind`` is IMPLEMENTED, WARNED or REFUSED;
     ``reason`` is the sentence a warning or an error quotes."""
     kind: str
     reason: str = ""
 
 
 DONE = Status(IMPLEMENTED)
-# Read only by a task's data set or model: the task's KEY_STATUS says what it does.
-TASK = Status("task")
 
 
 def warned(reason):
@@ -69,92 +68,17 @@ SHARED_STATUS = {
 
     "DATASET.DATASET": DONE,
     "DATASET.LABEL_INDEX_IN_BATCH": DONE,
-    "DATASET.APPEND_INDEX": TASK,
+    "DATASET.APPEND_INDEX": DONE,
     "DATASET.PAD_TO_BATCH_MAX": DONE,
-    "DATASET.TASK": TASK,
-    "DATASET.BASIC_ALIGN": TASK,
-    "DATASET.DATASET_PATH": TASK,
-    "DATASET.ROOT_PATH": warned("no annotation database cache is written, so no cache root is needed"),
-    "DATASET.TRAIN_IMAGE_SET": TASK,
-    "DATASET.VAL_IMAGE_SET": TASK,
-    "DATASET.TEST_IMAGE_SET": TASK,
-    "DATASET.TRAIN_ANNOTATION_FILE": TASK,
-    "DATASET.VAL_ANNOTATION_FILE": TASK,
-    "DATASET.TEST_ANNOTATION_FILE": TASK,
-    "DATASET.ONLY_USE_RELEVANT_DETS": TASK,
-    "DATASET.ADD_IMAGE_AS_A_BOX": TASK,
-    "DATASET.ZIP_MODE": TASK,
-    "DATASET.CACHE_MODE": TASK,
-    "DATASET.IGNORE_DB_CACHE": warned("the annotations are always read from the annotation files (no cache)"),
-    "DATASET.MASK_SIZE": TASK,
-    "DATASET.QA2R_NOQ": TASK,
-    "DATASET.QA2R_AUG": TASK,
+    "DATASET.DATASET_PATH": DONE,
+    "DATASET.TRAIN_IMAGE_SET": DONE,
+    "DATASET.VAL_IMAGE_SET": DONE,
+    "DATASET.TEST_IMAGE_SET": DONE,
 
-    "NETWORK.BLIND": TASK,
-    "NETWORK.NO_GROUNDING": TASK,
-    "NETWORK.PARTIAL_PRETRAIN": DONE,
-    "NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES": DONE,
-    "NETWORK.FOR_MASK_VL_MODELING_PRETRAIN": TASK,
-    "NETWORK.NO_OBJ_ATTENTION": TASK,
-    "NETWORK.IMAGE_NUM_LAYERS": DONE,
-    "NETWORK.IMAGE_C5_DILATED": DONE,
-    "NETWORK.IMAGE_STRIDE_IN_1x1": DONE,
     "NETWORK.PIXEL_MEANS": DONE,
     "NETWORK.PIXEL_STDS": DONE,
-    "NETWORK.IMAGE_FEAT_PRECOMPUTED": TASK,
-    "NETWORK.IMAGE_PRETRAINED": DONE,
-    "NETWORK.IMAGE_PRETRAINED_EPOCH": DONE,
-    "NETWORK.IMAGE_FROZEN_BACKBONE_STAGES": DONE,
-    "NETWORK.IMAGE_FROZEN_BN": DONE,
-    "NETWORK.IMAGE_FINAL_DIM": DONE,
-    "NETWORK.IMAGE_SEMANTIC": DONE,
-    "NETWORK.OUTPUT_CONV5": refused("the reference release never defined the conv5 image head it needs"),
-    "NETWORK.BERT_MODEL_NAME": DONE,
-    "NETWORK.BERT_PRETRAINED": DONE,
-    "NETWORK.BERT_PRETRAINED_EPOCH": DONE,
-    "NETWORK.BERT_FROZEN": DONE,
-    "NETWORK.BERT_ALIGN_QUESTION": warned("object tags always ground the text; " + _REFERENCE_UNUSED),
-    "NETWORK.BERT_ALIGN_ANSWER": warned("object tags always ground the text; " + _REFERENCE_UNUSED),
-    "NETWORK.BERT_USE_LAYER": warned("the task heads read the last layer; " + _REFERENCE_UNUSED),
-    "NETWORK.BERT_WITH_NSP_LOSS": TASK,
-    "NETWORK.BERT_WITH_MLM_LOSS": TASK,
-    "NETWORK.ENABLE_CNN_REG_LOSS": TASK,
-    "NETWORK.CNN_LOSS_WEIGHT": TASK,
-    "NETWORK.ANS_LOSS_WEIGHT": TASK,
-    "NETWORK.VLBERT.input_size": warned("the visual input width is NETWORK.VLBERT.visual_size; " + _REFERENCE_UNUSED),
-    "NETWORK.VLBERT.input_transform_type": warned(_REFERENCE_UNUSED),
-    "NETWORK.VLBERT.word_embedding_frozen": DONE,
-    "NETWORK.VLBERT.obj_pos_id_relative": DONE,
-    "NETWORK.VLBERT.hidden_size": DONE,
-    "NETWORK.VLBERT.visual_size": DONE,
-    "NETWORK.VLBERT.num_hidden_layers": DONE,
-    "NETWORK.VLBERT.num_attention_heads": DONE,
-    "NETWORK.VLBERT.intermediate_size": DONE,
-    "NETWORK.VLBERT.hidden_act": DONE,
-    "NETWORK.VLBERT.hidden_dropout_prob": DONE,
-    "NETWORK.VLBERT.attention_probs_dropout_prob": DONE,
-    "NETWORK.VLBERT.max_position_embeddings": DONE,
-    "NETWORK.VLBERT.type_vocab_size": DONE,
-    "NETWORK.VLBERT.vocab_size": DONE,
-    "NETWORK.VLBERT.initializer_range": DONE,
-    "NETWORK.VLBERT.visual_scale_text_init": DONE,
-    "NETWORK.VLBERT.visual_scale_object_init": DONE,
-    "NETWORK.VLBERT.visual_ln": DONE,
-    "NETWORK.VLBERT.object_word_embed_mode": TASK,
-    "NETWORK.VLBERT.with_pooler": TASK,
-    "NETWORK.VLBERT.position_padding_idx": DONE,
-    "NETWORK.CLASSIFIER_TYPE": TASK,
-    "NETWORK.CLASSIFIER_HIDDEN_SIZE": TASK,
-    "NETWORK.CLASSIFIER_DROPOUT": TASK,
-    "NETWORK.CLASSIFIER_SIGMOID": TASK,
-    "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT": TASK,
-    "NETWORK.GRADIENT_CHECKPOINTING": DONE,
-    "NETWORK.IMAGE_ROI_POOLED_SIZE": DONE,
 
     "TRAIN.LR_MULT": DONE,
-    "TRAIN.VISUAL_SCALE_TEXT_LR_MULT": DONE,
-    "TRAIN.VISUAL_SCALE_OBJECT_LR_MULT": DONE,
-    "TRAIN.VISUAL_SCALE_CLIP_GRAD_NORM": DONE,
     "TRAIN.SHUFFLE": DONE,
     "TRAIN.FLIP_PROB": DONE,
     "TRAIN.BATCH_IMAGES": DONE,
@@ -183,7 +107,7 @@ SHARED_STATUS = {
     "TRAIN.CHECKPOINT_STEPS": DONE,
     "TRAIN.CHECKPOINT_KEEP": DONE,
     "TRAIN.COMPILE": DONE,
-    "TRAIN.LOSS_LOGGERS": TASK,
+    "TRAIN.LOSS_LOGGERS": DONE,
 
     "VAL.SHUFFLE": warned("evaluation reads the items in file order (the order predictions are combined in)"),
     "VAL.FLIP_PROB": DONE,
@@ -209,17 +133,19 @@ def leaf_keys(node, prefix=""):
             yield prefix + k, v
 
 
-def task_key_status(defaults, task_status):
+def task_key_status(defaults, task_status, shared=()):
     """The complete status table of one task.
 
     Args:
         defaults (CfgNode): the task's defaults.
-        task_status (dict): dotted key -> :class:`Status` for the ``TASK`` keys of
-            :data:`SHARED_STATUS` and the task's own keys (it may also override shared entries).
+        task_status (dict): dotted key -> :class:`Status` of the task's own keys; it may also override
+            an entry of :data:`SHARED_STATUS` or of ``shared``.
+        shared (tuple of dict): the tables of the key groups the task's defaults add (e.g.
+            :data:`common.modeling.vlbert_config.VLBERT_STATUS`), in order; entries of keys the task
+            lacks are left out.
     Returns:
-        dict: dotted key -> Status for every key of ``defaults``; a key without a status is
-        absent and a ``TASK`` key the task left open keeps ``TASK`` (the completeness test
-        reports both).
+        dict: dotted key -> Status for every key of ``defaults``; a key without a status is absent
+        (the completeness test reports it).
     Raises:
         ValueError: ``task_status`` names a key that ``defaults`` lacks (a misspelt key).
     """
@@ -227,7 +153,10 @@ def task_key_status(defaults, task_status):
     unknown = sorted(set(task_status) - set(keys))
     if unknown:
         raise ValueError("KEY_STATUS names keys the defaults lack: {}".format(", ".join(unknown)))
-    table = dict(SHARED_STATUS, **task_status)
+    table = dict(SHARED_STATUS)
+    for group in shared:
+        table.update(group)
+    table.update(task_status)
     return {key: table[key] for key in keys if key in table}
 
 
@@ -256,7 +185,7 @@ def check_config(cfg, defaults, status, source="config"):
     refusals = []
     for key, value in leaf_keys(cfg):
         entry = status.get(key)
-        if entry is None or entry.kind not in (IMPLEMENTED, WARNED, REFUSED):
+        if entry is None:
             raise KeyError("config key {} has no status in the task's KEY_STATUS table".format(key))
         if entry.kind == IMPLEMENTED or _plain(value) == _plain(default_values[key]):
             continue

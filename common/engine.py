@@ -39,21 +39,11 @@ from common.trainer import Trainer
 MIN_LOSS_SCALE = 128.0
 
 
-def check_inputs(cfg):
-    """Raise one FileNotFoundError listing every data folder or pretrained file the config names but
-    this machine lacks, with the documents that say how to get them (before anything is written)."""
-    datasets = cfg.DATASET if isinstance(cfg.DATASET, list) else [cfg.DATASET]
-    net = cfg.NETWORK
-    # An entry of a DATASET list may name no folder (a text corpus names its files); its reader checks them.
-    missing = ["DATASET.DATASET_PATH: data folder '{}'".format(d.DATASET_PATH)
-               for d in datasets if not os.path.isdir(d.DATASET_PATH) and (d.DATASET_PATH or len(datasets) == 1)]
-    if net.BERT_MODEL_NAME and not os.path.isdir(net.BERT_MODEL_NAME):
-        missing.append("NETWORK.BERT_MODEL_NAME: BERT folder '{}'".format(net.BERT_MODEL_NAME))
-    image_weights = "{}-{:04d}.model".format(net.IMAGE_PRETRAINED, net.IMAGE_PRETRAINED_EPOCH)
-    if net.IMAGE_PRETRAINED and not net.IMAGE_FEAT_PRECOMPUTED and not os.path.isfile(image_weights):
-        missing.append("NETWORK.IMAGE_PRETRAINED: ResNet weights '{}'".format(image_weights))
-    if net.PARTIAL_PRETRAIN and not os.path.isfile(net.PARTIAL_PRETRAIN):
-        missing.append("NETWORK.PARTIAL_PRETRAIN: checkpoint '{}'".format(net.PARTIAL_PRETRAIN))
+def check_inputs(task, cfg):
+    """Raise one FileNotFoundError listing every data folder or pretrained file the config names
+    (``task.inputs(cfg)``) but this machine lacks, with the documents that say how to get them (before
+    anything is written)."""
+    missing = ["{}: {} '{}'".format(i.key, i.what, i.path) for i in task.inputs(cfg) if not i.exists()]
     if missing:
         raise FileNotFoundError(
             "the config names inputs that are not on this machine:\n  " + "\n  ".join(missing) +
@@ -71,7 +61,7 @@ def seed_everything(seed, rank=0):
 
 
 def build_model(task, cfg, device=None):
-    """The model ``cfg.MODULE`` names in ``task``, with NETWORK.PARTIAL_PRETRAIN loaded when set
+    """The model ``cfg.MODULE`` names in ``task``, with ``task.partial_pretrain(cfg)`` loaded when set
     (prefix changes, then the task's own renames) and ``task.init_after_pretrain`` applied, moved to
     ``device`` when given.
 
@@ -83,10 +73,10 @@ def build_model(task, cfg, device=None):
     with held_random_init_warnings() as held:
         model = task.build_model(cfg)
     loaded = []
-    if cfg.NETWORK.PARTIAL_PRETRAIN:
-        loaded = load_partial_pretrain(
-            model, cfg.NETWORK.PARTIAL_PRETRAIN, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES,
-            renames=task.pretrain_renames(cfg)).loaded
+    pretrain = task.partial_pretrain(cfg)
+    if pretrain is not None:
+        path, prefix_changes = pretrain
+        loaded = load_partial_pretrain(model, path, prefix_changes, renames=task.pretrain_renames(cfg)).loaded
     task.init_after_pretrain(cfg, model)
     warn_random_init(model, held, loaded)  # only parts the partial pretrain file did not fill
     return model if device is None else model.to(device)
@@ -144,7 +134,7 @@ def train_net(args, cfg, task):
         (rank, model): the rank of this process and the trained model (unwrapped from DDP).
     """
     task.check_config(cfg, args.cfg)
-    check_inputs(cfg)
+    check_inputs(task, cfg)
     dist_ctx = cdist.init_distributed(args.dist, args.slurm)
     rank, world_size, device = dist_ctx.rank, dist_ctx.world_size, dist_ctx.device
     if args.cudnn_off:

@@ -26,12 +26,13 @@ def visual_scale_groups(model: torch.nn.Module, train_config, base_lr: float) ->
     (LR ``base_lr * mult``) and ``TRAIN.VISUAL_SCALE_CLIP_GRAD_NORM`` (> 0: the group's
     ``max_grad_norm``, its gradient norm limit before the global clip, see ``common.amp.LossScaler.step``).
 
-    Empty at the defaults (mult 1, no clip), so the groups then equal the reference's; a task whose
-    defaults drop these keys (pretraining: its models have no visual scales) gets the defaults.
+    Empty at the defaults (mult 1, no clip), so the groups then equal the reference's, and for a task
+    without these keys (they come with :func:`common.modeling.vlbert_config.add_visual_scale_config`).
     """
-    mults = {"text": train_config.get("VISUAL_SCALE_TEXT_LR_MULT", 1.0),
-             "object": train_config.get("VISUAL_SCALE_OBJECT_LR_MULT", 1.0)}
-    clip = train_config.get("VISUAL_SCALE_CLIP_GRAD_NORM", -1.0)
+    if "VISUAL_SCALE_TEXT_LR_MULT" not in train_config:
+        return []
+    mults = {"text": train_config.VISUAL_SCALE_TEXT_LR_MULT, "object": train_config.VISUAL_SCALE_OBJECT_LR_MULT}
+    clip = train_config.VISUAL_SCALE_CLIP_GRAD_NORM
     if all(m == 1.0 for m in mults.values()) and clip <= 0:
         return []
     groups = []

@@ -7,6 +7,7 @@ registered by name in :data:`TASKS`::
         name = "mytask"
         models = Registry("model of mytask", [MyModel])      # MODULE -> class
         def defaults(self): ...                               # fresh CfgNode (common_defaults() + own keys)
+        def inputs(self, cfg): ...                            # optional: files that must exist
         def build_metrics(self, cfg, for_training): ...
     TASK = register_task(MyTask())
 
@@ -14,7 +15,8 @@ The engine (:mod:`common.engine`) builds everything else from the config: loader
 scheduler, autocast context, loss scaler, hooks, resume. ``common/`` never names a task or
 reads a task-only key; those go through the methods below.
 """
-from typing import Callable, Dict, Optional
+import os
+from typing import Callable, Dict, NamedTuple, Optional
 
 import torch
 
@@ -27,6 +29,19 @@ from common.registry import Registry
 # (parsed, raw, source) -> parsed, where ``parsed`` holds the renamed fp32 tensors and ``raw`` the
 # file's tensors under their own names (``module.`` removed); ``source`` names the file for errors.
 PretrainRenames = Callable[[Dict[str, torch.Tensor], Dict[str, torch.Tensor], str], Dict[str, torch.Tensor]]
+
+
+class Input(NamedTuple):
+    """A folder or file a config names and a run needs: ``key`` (dotted config key), ``what`` (the words
+    an error uses, "BERT folder"), ``path``, ``is_dir`` (a folder, else a file)."""
+    key: str
+    what: str
+    path: str
+    is_dir: bool = False
+
+    def exists(self):
+        """Whether ``path`` is on this machine (a folder or a file, as ``is_dir`` says)."""
+        return os.path.isdir(self.path) if self.is_dir else os.path.isfile(self.path)
 
 
 class Task:
@@ -60,6 +75,19 @@ class Task:
                 value outside :attr:`value_rules`.
         """
         return TaskConfig(self.defaults, self.value_rules).load_config(path, opts)
+
+    def inputs(self, cfg):
+        """The folders and files the config names that training reads, as :class:`Input`; the engine checks
+        that they exist before anything runs. Default: each data set's DATASET.DATASET_PATH (an entry of a
+        DATASET list may name none: a text corpus names its files, and its reader checks them)."""
+        datasets = cfg.DATASET if isinstance(cfg.DATASET, list) else [cfg.DATASET]
+        return [Input("DATASET.DATASET_PATH", "data folder", d.DATASET_PATH, is_dir=True)
+                for d in datasets if d.DATASET_PATH or len(datasets) == 1]
+
+    def partial_pretrain(self, cfg):
+        """``(file, prefix changes)`` of a pretraining checkpoint whose matching weights initialise the model
+        (:func:`common.checkpoint.load_partial_pretrain`); None (default): none."""
+        return None
 
     def build_dataset(self, cfg, mode):
         """Dataset of ``mode`` ('train', 'val', 'test'); default: the one registered under
@@ -101,11 +129,11 @@ class Task:
         """
 
     def init_after_pretrain(self, cfg, model):
-        """Last initialisation of a model built for training, after NETWORK.PARTIAL_PRETRAIN is loaded
+        """Last initialisation of a model built for training, after :meth:`partial_pretrain` is loaded
         (for weights derived from loaded ones); a resumed checkpoint then overwrites them. Default: nothing."""
 
     def pretrain_renames(self, cfg) -> Optional[PretrainRenames]:
-        """Key renames used when fine-tuning from a pretraining checkpoint (NETWORK.PARTIAL_PRETRAIN),
+        """Key renames used when fine-tuning from a pretraining checkpoint (:meth:`partial_pretrain`),
         after the generic prefix changes; None: no task-specific renames."""
         return None
 

@@ -5,7 +5,8 @@ with a ``DATASET`` list, a text corpus for text-only MLM; the engine builds one 
 """
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.loss_logger import loss_loggers
-from common.task import Task, register_task
+from common.modeling.vlbert_task import VLBertTask
+from common.task import register_task
 import pretrain.data  # noqa: F401  (registers 'conceptual_captions' and 'general_corpus')
 from pretrain.function.config import VALUE_RULES, check_config, pretrain_defaults
 from pretrain.function.metrics import (MLMAccuracy, MLMAccuracyAUX, MLMAccuracyWVC, MVRCAccuracy,
@@ -15,7 +16,7 @@ from pretrain.modules import MODELS
 MULTITASK_MODULE = "ResNetVLBERTForPretrainingMultitask"
 
 
-class PretrainTask(Task):
+class PretrainTask(VLBertTask):
     """VL-BERT pretraining (paper section 3.2); the best epoch is the one of the highest caption MLM accuracy."""
     name = "pretrain"
     models = MODELS

@@ -3,7 +3,8 @@ import os
 
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.loss_logger import loss_loggers
-from common.task import Task, register_task
+from common.modeling.vlbert_task import VLBertTask
+from common.task import register_task
 import refcoco.data  # noqa: F401  (registers the 'refcoco+' dataset)
 from refcoco.data.refcoco import DATASET_NAME, split_referred_boxes
 from refcoco.function.config import VALUE_RULES, check_config, refcoco_defaults
@@ -12,7 +13,7 @@ from refcoco.metrics import ChosenBoxPositive, RefAccuracy
 from refcoco.modules import MODELS
 
 
-class RefCOCOTask(Task):
+class RefCOCOTask(VLBertTask):
     """RefCOCO+: which candidate box does the expression refer to (one logit per box, BCE)."""
     name = "refcoco"
     models = MODELS

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common.losses import masked_lm_loss, soft_cross_entropy
+from pretrain.losses import masked_lm_loss, soft_cross_entropy
 from common.modeling.vlbert_module import collect_obj_reps, pack_text_pair
 from tests.conftest import LEGACY
 

@@ -142,8 +142,6 @@ DATASET:
   DATASET_PATH: {data}
   TRAIN_IMAGE_SET: train
   LABEL_INDEX_IN_BATCH: 1
-NETWORK:
-  BERT_MODEL_NAME: ''
 TRAIN:
   ASPECT_GROUPING: false
   BATCH_IMAGES: 4
@@ -236,16 +234,34 @@ def test_unknown_task_and_duplicate_name():
 
 def test_common_imports_no_task_and_reads_no_task_key():
     """common/ imports no task package, and reads none of VCR's keys or head names (they live in
-    vcr/task.py); the defaults in common/config/ document every task's keys, so they are not checked."""
+    vcr/task.py)."""
     words = ("import vcr", "from vcr", "import vqa", "from vqa", "import pretrain", "from pretrain",
              "LOAD_REL_HEAD", "SEGMB_INIT", "final_mlp", "VCR_CLASSIFIER")
     hits = []
     for folder, _, files in os.walk(os.path.join(ROOT, "common")):
-        if os.path.basename(folder) == "config":
-            continue
         for name in files:
             if name.endswith(".py"):
                 with open(os.path.join(folder, name)) as f:
                     text = f.read()
                 hits += ["{}: {}".format(os.path.join(folder, name), w) for w in words if w in text]
     assert hits == []
+
+
+def test_shared_defaults_hold_no_vlbert_or_task_key():
+    """common/config/defaults.py sets only the keys every task reads: none of the VL-BERT group or of a
+    task (each task's KEY_STATUS less the shared table); no task imports another task."""
+    import importlib
+    from common.config_keys import SHARED_STATUS
+    tasks = ("vcr", "vqa", "refcoco", "pretrain")
+    owned = {key for task in tasks for key in importlib.import_module(task + ".function.config").KEY_STATUS}
+    owned -= set(SHARED_STATUS)
+    with open(os.path.join(ROOT, "common", "config", "defaults.py")) as f:
+        text = f.read()
+    assert owned and [key for key in sorted(owned) if "{} =".format(key) in text] == []
+    for task in tasks:
+        for folder, _, files in os.walk(os.path.join(ROOT, task)):
+            for name in (n for n in files if n.endswith(".py")):
+                with open(os.path.join(folder, name)) as f:
+                    text = f.read()
+                assert not [t for t in tasks if t != task and ("from {}.".format(t) in text or
+                                                              "import {}.".format(t) in text)], name

@@ -4,7 +4,8 @@ import os
 
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.loss_logger import loss_loggers
-from common.task import Task, register_task
+from common.modeling.vlbert_task import VLBertTask
+from common.task import register_task
 import vcr.data  # noqa: F401  (registers the 'vcr' dataset)
 from vcr.function.config import VALUE_RULES, check_config, vcr_defaults
 from vcr.function.metrics import Accuracy
@@ -48,7 +49,7 @@ def pretrain_renames(parsed, raw, source, segmb_init=False, load_rel_head=False)
     return parsed
 
 
-class VCRTask(Task):
+class VCRTask(VLBertTask):
     """Visual Commonsense Reasoning: Q->A or QA->R as 4-way multiple choice (DATASET.TASK)."""
     name = "vcr"
     models = MODELS

@@ -6,7 +6,8 @@ from common.data.tokenizer import build_tokenizer
 from common.errors import UserInputError
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.loss_logger import loss_loggers
-from common.task import Task, register_task
+from common.modeling.vlbert_task import VLBertTask
+from common.task import register_task
 import vqa.data.vqa  # noqa: F401  (registers the 'vqa' dataset)
 from vqa.data.answers import AnswerVocab
 from vqa.function.config import VALUE_RULES, check_config, vqa_defaults
@@ -49,7 +50,7 @@ def init_classifier_from_answers(model, cfg):
         last.weight.copy_(weight)
 
 
-class VQATask(Task):
+class VQATask(VLBertTask):
     """VQA v2: classify the answer over DATASET.ANSWER_VOCAB_FILE from the output at [MASK]."""
     name = "vqa"
     models = MODELS

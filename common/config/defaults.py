@@ -1,8 +1,10 @@
-"""The config keys every task shares, with their defaults, meanings and units.
+"""The config keys every task reads (run, data loading, training, evaluation), with their defaults,
+meanings and units.
 
 Key names and default values are those of the reference release (github jackroos/VL-BERT,
 ``*/function/config.py``) so that its paper YAML files load unchanged. Keys we added are marked
-``(new)``. Each task's ``<task>/function/config.py`` adds its own keys to :func:`common_defaults`.
+``(new)``. A model family adds its keys (``common.modeling.vlbert_config.add_vlbert_config``), and
+each task's ``<task>/function/config.py`` adds its own, as detectron2's ``add_pointrend_config`` does.
 """
 from yacs.config import CfgNode
 
@@ -52,152 +54,20 @@ def common_defaults():
     # order change evaluation results). The reference's VQA, RefCOCO+ and pretraining loaders
     # padded this way. With SCALES empty images are always padded to the batch maximum.
     _C.DATASET.PAD_TO_BATCH_MAX = False
-    # VCR sub-task: 'Q2A', 'QA2R' or 'Q2AR'.
-    _C.DATASET.TASK = 'Q2AR'
-    # Align words to boxes by basic tokenisation only (reference option for VCR).
-    _C.DATASET.BASIC_ALIGN = False
     # Folder holding annotations and image sets (relative to the working directory).
     _C.DATASET.DATASET_PATH = ''
-    # Root for cached files (database caches).
-    _C.DATASET.ROOT_PATH = ''
     # Image set folder (or zip) names for each split.
     _C.DATASET.TRAIN_IMAGE_SET = ''
     _C.DATASET.VAL_IMAGE_SET = ''
     _C.DATASET.TEST_IMAGE_SET = ''
-    # Annotation file names for each split, relative to DATASET_PATH.
-    _C.DATASET.TRAIN_ANNOTATION_FILE = ''
-    _C.DATASET.VAL_ANNOTATION_FILE = ''
-    _C.DATASET.TEST_ANNOTATION_FILE = ''
-    # Keep only the boxes that the text refers to (plus the whole image box if added).
-    _C.DATASET.ONLY_USE_RELEVANT_DETS = True
-    # Add the whole image as box 0.
-    _C.DATASET.ADD_IMAGE_AS_A_BOX = True
-    # Read images and metadata from zip archives ('archive.zip@/inner/path').
-    _C.DATASET.ZIP_MODE = False
-    # Keep decoded images in memory after the first read.
-    _C.DATASET.CACHE_MODE = False
-    # Rebuild the annotation database instead of reading a cached one.
-    _C.DATASET.IGNORE_DB_CACHE = True
-    # Side of the object masks in pixels.
-    _C.DATASET.MASK_SIZE = 14
-    # QA->R without the question in the input.
-    _C.DATASET.QA2R_NOQ = False
-    # QA->R augmented with the wrong answers (reference option).
-    _C.DATASET.QA2R_AUG = False
 
     # ---------------------------------------------------------------------------------------- #
-    # Network
+    # Network: the image normalisation of the shared transforms; each model adds its keys
     # ---------------------------------------------------------------------------------------- #
     _C.NETWORK = CfgNode()
-    # Text only: the image features are replaced by zeros (a blind baseline).
-    _C.NETWORK.BLIND = False
-    # Do not link object references in the text to their boxes.
-    _C.NETWORK.NO_GROUNDING = False
-    # Checkpoint whose 'state_dict' initialises matching weights; '' for none.
-    _C.NETWORK.PARTIAL_PRETRAIN = ""
-    # Renames applied to PARTIAL_PRETRAIN keys, each "old_prefix->new_prefix".
-    _C.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES = []
-    # Build the masked visual-linguistic pretraining variant of the model.
-    _C.NETWORK.FOR_MASK_VL_MODELING_PRETRAIN = False
-    # Text tokens do not attend to object tokens.
-    _C.NETWORK.NO_OBJ_ATTENTION = False
-    # ResNet depth of the image encoder: 18, 34, 50, 101 or 152.
-    _C.NETWORK.IMAGE_NUM_LAYERS = 50
-    # res5 with stride 1 and dilation 2 (features stay at 1/16).
-    _C.NETWORK.IMAGE_C5_DILATED = False
-    # Stride in the first 1x1 conv of a bottleneck (Caffe/MSRA weights) instead of the 3x3.
-    _C.NETWORK.IMAGE_STRIDE_IN_1x1 = False
     # Pixel mean and std, BGR order, 0-255 scale.
     _C.NETWORK.PIXEL_MEANS = ()
     _C.NETWORK.PIXEL_STDS = ()
-    # Boxes come with precomputed features instead of running the ResNet.
-    _C.NETWORK.IMAGE_FEAT_PRECOMPUTED = False
-    # ResNet weights prefix: loads {IMAGE_PRETRAINED}-{IMAGE_PRETRAINED_EPOCH:04d}.model; '' = random.
-    _C.NETWORK.IMAGE_PRETRAINED = ''
-    _C.NETWORK.IMAGE_PRETRAINED_EPOCH = 0
-    # ResNet stages whose weights are frozen (1 = stem + res2, 2 = res3, ...).
-    _C.NETWORK.IMAGE_FROZEN_BACKBONE_STAGES = [1, 2]
-    # BatchNorm of the ResNet uses its running statistics and affine weights frozen.
-    _C.NETWORK.IMAGE_FROZEN_BN = True
-    # Size of each RoI feature after obj_downsample.
-    _C.NETWORK.IMAGE_FINAL_DIM = 512
-    # Add an object class embedding to each RoI feature.
-    _C.NETWORK.IMAGE_SEMANTIC = False
-    # Also return the res5 feature map.
-    _C.NETWORK.OUTPUT_CONV5 = False
-    # BERT folder (vocab.txt + weights, reference or Hugging Face format); '' = random init.
-    _C.NETWORK.BERT_MODEL_NAME = 'bert-base-uncased'
-    # Extra BERT weights prefix ({path}-{epoch:04d}.model); '' for none.
-    _C.NETWORK.BERT_PRETRAINED = ''
-    _C.NETWORK.BERT_PRETRAINED_EPOCH = 0
-    # Freeze the BERT weights.
-    _C.NETWORK.BERT_FROZEN = True
-    # Ground object references in the question / answers.
-    _C.NETWORK.BERT_ALIGN_QUESTION = True
-    _C.NETWORK.BERT_ALIGN_ANSWER = True
-    # Which encoder layer's output the task head reads (-1 = last).
-    _C.NETWORK.BERT_USE_LAYER = -2
-    # Auxiliary BERT losses.
-    _C.NETWORK.BERT_WITH_NSP_LOSS = False
-    _C.NETWORK.BERT_WITH_MLM_LOSS = False
-    # Object classification loss on RoI features (regularises the image encoder).
-    _C.NETWORK.ENABLE_CNN_REG_LOSS = True
-    # Weights of the CNN regularisation loss and of the answer loss in the total loss.
-    _C.NETWORK.CNN_LOSS_WEIGHT = 1.0
-    _C.NETWORK.ANS_LOSS_WEIGHT = 1.0
-
-    _C.NETWORK.VLBERT = CfgNode()
-    # Size of the visual input features fed to the visual embedding.
-    _C.NETWORK.VLBERT.input_size = 1280
-    # Visual input transform: 1 LN + 1x1 conv, 2 + dropout, 3 + a BERT layer.
-    _C.NETWORK.VLBERT.input_transform_type = 1
-    # Freeze the word embedding matrix.
-    _C.NETWORK.VLBERT.word_embedding_frozen = False
-    # Objects take one position id right after the text (else a fixed id).
-    _C.NETWORK.VLBERT.obj_pos_id_relative = True
-    # BERT sizes (hidden units, visual feature units, layers, heads, feed-forward units).
-    _C.NETWORK.VLBERT.hidden_size = 512
-    _C.NETWORK.VLBERT.visual_size = 512
-    _C.NETWORK.VLBERT.num_hidden_layers = 4
-    _C.NETWORK.VLBERT.num_attention_heads = 8
-    _C.NETWORK.VLBERT.intermediate_size = 2048
-    # Feed-forward activation ('gelu', 'relu', 'swish').
-    _C.NETWORK.VLBERT.hidden_act = "gelu"
-    # Dropout probabilities of hidden states and of attention weights.
-    _C.NETWORK.VLBERT.hidden_dropout_prob = 0.1
-    _C.NETWORK.VLBERT.attention_probs_dropout_prob = 0.1
-    # Longest sequence in tokens (text + objects).
-    _C.NETWORK.VLBERT.max_position_embeddings = 512
-    # Segment types: 0 question, 1 answer, 2 objects.
-    _C.NETWORK.VLBERT.type_vocab_size = 3
-    # WordPiece vocabulary size (bert-base-uncased: 30522).
-    _C.NETWORK.VLBERT.vocab_size = 30522
-    # Std of the normal init of weights.
-    _C.NETWORK.VLBERT.initializer_range = 0.02
-    # Initial values of the learnable scales of visual features for text and object tokens.
-    _C.NETWORK.VLBERT.visual_scale_text_init = 0.0
-    _C.NETWORK.VLBERT.visual_scale_object_init = 0.0
-    # LayerNorm on visual features instead of the learnable scales.
-    _C.NETWORK.VLBERT.visual_ln = False
-    # Object-linguistic embedding: 1 class embedding, 2 one shared embedding, 3 mean word embedding.
-    _C.NETWORK.VLBERT.object_word_embed_mode = 2
-    # Add BERT's pooler on the first token.
-    _C.NETWORK.VLBERT.with_pooler = False
-    # Position id of padding; -1 uses none.
-    _C.NETWORK.VLBERT.position_padding_idx = -1
-
-    # Answer classifier: '1fc' or '2fc' (hidden layer of CLASSIFIER_HIDDEN_SIZE units).
-    _C.NETWORK.CLASSIFIER_TYPE = "2fc"
-    _C.NETWORK.CLASSIFIER_HIDDEN_SIZE = 1024
-    _C.NETWORK.CLASSIFIER_DROPOUT = 0.1
-    # Sigmoid (binary per answer) instead of softmax loss, and its positive-class weight.
-    _C.NETWORK.CLASSIFIER_SIGMOID = False
-    _C.NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT = 1.0
-    # (new) Recompute encoder layer activations in backward to save memory.
-    _C.NETWORK.GRADIENT_CHECKPOINTING = False
-    # (new) RoI Align output side (cells) fed to res5; 14 is the reference's. res5's output (and
-    # DATASET.MASK_SIZE) is this side with IMAGE_C5_DILATED, else half of it rounded up.
-    _C.NETWORK.IMAGE_ROI_POOLED_SIZE = 14
 
     # ---------------------------------------------------------------------------------------- #
     # Training
@@ -205,10 +75,6 @@ def common_defaults():
     _C.TRAIN = CfgNode()
     # Extra param groups: [[name_substring, lr_multiplier], ...].
     _C.TRAIN.LR_MULT = []
-    # LR multipliers and gradient clipping (-1 = off) of the learnable visual scales.
-    _C.TRAIN.VISUAL_SCALE_TEXT_LR_MULT = 1.0
-    _C.TRAIN.VISUAL_SCALE_OBJECT_LR_MULT = 1.0
-    _C.TRAIN.VISUAL_SCALE_CLIP_GRAD_NORM = -1.0
     # Shuffle the training set each epoch.
     _C.TRAIN.SHUFFLE = True
     # Probability of a horizontal flip of a training sample.

@@ -4,8 +4,9 @@ The merge (:mod:`common.config.loader`) already gives every key its type (an int
 int, a float key a float); a table of rules, dotted key -> :class:`Rule`, then says which values
 are valid, so that ``TRAIN.GRAD_ACCUMULATE_STEPS: 0`` stops before a model or a loader is built
 instead of as a ``ZeroDivisionError`` deep inside. :data:`SHARED_RULES` covers the keys of
-:func:`common.config.common_defaults` that shared code reads; each task adds the rules of the
-keys its own data set and model read with :func:`task_rules` (``common/`` never imports a task).
+:func:`common.config.common_defaults`; a group of keys has its rules next to the function that adds it
+(:data:`common.modeling.vlbert_config.VLBERT_RULES`), and each task adds the rules of the keys its own
+data set and model read with :func:`task_rules` (``common/`` never imports a task).
 A ``DATASET`` list entry's keys use the ``DATASET.`` rules.
 
 Only values that a config file or ``--opts`` set are checked (the defaults are ours: the default
@@ -68,29 +69,8 @@ SHARED_RULES = {
     "NUM_WORKERS_PER_GPU": int_at_least(0),
     "SCALES": int_at_least(1),
 
-    "NETWORK.IMAGE_NUM_LAYERS": one_of(18, 34, 50, 101, 152),
     "NETWORK.PIXEL_STDS": number_above(0),
-    "NETWORK.IMAGE_PRETRAINED_EPOCH": int_at_least(0),
-    "NETWORK.IMAGE_FINAL_DIM": int_at_least(1),
-    "NETWORK.IMAGE_ROI_POOLED_SIZE": int_at_least(1),
-    "NETWORK.BERT_PRETRAINED_EPOCH": int_at_least(0),
-    "NETWORK.VLBERT.hidden_size": int_at_least(1),
-    "NETWORK.VLBERT.visual_size": int_at_least(1),
-    "NETWORK.VLBERT.num_hidden_layers": int_at_least(1),
-    "NETWORK.VLBERT.num_attention_heads": Rule(
-        lambda v, get: v >= 1 and get("NETWORK.VLBERT.hidden_size") % v == 0,
-        lambda get: "an int >= 1 dividing NETWORK.VLBERT.hidden_size ({})".format(get("NETWORK.VLBERT.hidden_size")),
-        ("NETWORK.VLBERT.hidden_size",)),
-    "NETWORK.VLBERT.intermediate_size": int_at_least(1),
-    "NETWORK.VLBERT.hidden_dropout_prob": PROBABILITY,
-    "NETWORK.VLBERT.attention_probs_dropout_prob": PROBABILITY,
-    "NETWORK.VLBERT.max_position_embeddings": int_at_least(1),
-    "NETWORK.VLBERT.type_vocab_size": int_at_least(1),
-    "NETWORK.VLBERT.vocab_size": int_at_least(1),
-    "NETWORK.VLBERT.initializer_range": number_at_least(0),
 
-    "TRAIN.VISUAL_SCALE_TEXT_LR_MULT": number_at_least(0),
-    "TRAIN.VISUAL_SCALE_OBJECT_LR_MULT": number_at_least(0),
     "TRAIN.FLIP_PROB": PROBABILITY,
     "TRAIN.BATCH_IMAGES": int_at_least(1),
     "TRAIN.BEGIN_EPOCH": int_at_least(0),
@@ -118,10 +98,16 @@ SHARED_RULES = {
 }
 
 
-def task_rules(own):
-    """A task's rule table: :data:`SHARED_RULES` plus ``own`` (dotted key -> :class:`Rule`) for the keys
-    its data set and model read and its own keys (an entry of ``own`` replaces a shared one)."""
-    return dict(SHARED_RULES, **own)
+def task_rules(own, shared=()):
+    """A task's rule table: :data:`SHARED_RULES`, then the tables ``shared`` of the key groups its defaults
+    add (e.g. :data:`common.modeling.vlbert_config.VLBERT_RULES`), then ``own`` (dotted key ->
+    :class:`Rule`) for the keys its data set and model read and its own keys; a later entry replaces an
+    earlier one."""
+    rules = dict(SHARED_RULES)
+    for group in shared:
+        rules.update(group)
+    rules.update(own)
+    return rules
 
 
 def _leaves(node, prefix=""):

@@ -7,11 +7,13 @@ DATASET defaults below.
 from common.config import common_defaults, task_api, task_rules
 from common.config.values import PROBABILITY, int_at_least
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
+from common.modeling.vlbert_config import VLBERT_RULES, VLBERT_STATUS, add_vlbert_config
 
 
 def pretrain_defaults():
     """Defaults of the pretraining task as a fresh mutable CfgNode."""
-    _C = common_defaults()
+    _C = add_vlbert_config(common_defaults())
+    # The reference's answer vocabulary keys (without those of add_answer_vocab_config it lacked).
     _C.DATASET.ANSWER_VOCAB_FILE = ''
     _C.DATASET.ANSWER_VOCAB_SIZE = 3129
     # Text-only corpus: tokens per sequence and shortest sequence kept.
@@ -39,10 +41,6 @@ def pretrain_defaults():
     _C.NETWORK.MASK_RAW_PIXELS = True
 
     _C.TRAIN.LOSS_LOGGERS = [('relationship_loss', 'RelLoss'), ('mlm_loss', 'MLMLoss'), ('mvrc_loss', 'MVRCLoss')]
-    # The learnable visual scales are not used in pretraining.
-    del _C.TRAIN['VISUAL_SCALE_TEXT_LR_MULT']
-    del _C.TRAIN['VISUAL_SCALE_OBJECT_LR_MULT']
-    del _C.TRAIN['VISUAL_SCALE_CLIP_GRAD_NORM']
     return _C
 
 
@@ -52,7 +50,7 @@ VALUE_RULES = task_rules({
     "DATASET.MIN_SEQ_LEN": int_at_least(0),
     "DATASET.MAX_SKIPPED_SHARE": PROBABILITY,
     "NETWORK.VLBERT.visual_region_classes": int_at_least(1),
-})
+}, (VLBERT_RULES,))
 
 config, update_config, load_config = task_api(pretrain_defaults, VALUE_RULES)
 
@@ -99,7 +97,7 @@ KEY_STATUS = task_key_status(pretrain_defaults(), dict(
         "NETWORK.MLM_LOSS_NORM_IN_BATCH_FIRST": DONE,
         "NETWORK.MVRC_LOSS_NORM_IN_BATCH_FIRST": DONE,
         "NETWORK.MASK_RAW_PIXELS": DONE,
-    }))
+    }), (VLBERT_STATUS,))
 
 
 check_config = key_checker(pretrain_defaults, KEY_STATUS)

@@ -5,7 +5,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common.modeling.fast_rcnn import FastRCNN
-from common.losses import masked_lm_loss, mvrc_loss, pad_to
+from pretrain.losses import masked_lm_loss, mvrc_loss, pad_to
 from common.modeling.visual_linguistic_bert import VisualLinguisticBertForPretraining
 from common.modeling.vlbert_module import VLBertModule, collect_obj_reps, valid_text_mask
 

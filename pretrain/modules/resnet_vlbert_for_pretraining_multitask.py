@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common.losses import masked_lm_loss, mvrc_loss, pad_to
+from pretrain.losses import masked_lm_loss, mvrc_loss, pad_to
 from common.modeling.vlbert_module import collect_obj_reps, valid_text_mask
 from .resnet_vlbert_for_pretraining import PAD_LOGIT, ResNetVLBERTForPretraining
 

@@ -6,12 +6,13 @@ these keys; ``KEY_STATUS`` says what each key does here (see :mod:`common.config
 from common.config import common_defaults, task_api, task_rules
 from common.config.values import PROBABILITY
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
-from vqa.function.config import add_answer_vocab_keys
+from common.modeling.vlbert_config import (VISUAL_SCALE_RULES, VISUAL_SCALE_STATUS, VLBERT_RULES, VLBERT_STATUS,
+                                           add_answer_vocab_config, add_visual_scale_config, add_vlbert_config)
 
 
 def refcoco_defaults():
     """Defaults of the RefCOCO+ task as a fresh mutable CfgNode."""
-    _C = add_answer_vocab_keys(common_defaults())
+    _C = add_answer_vocab_config(add_visual_scale_config(add_vlbert_config(common_defaults())))
     # Boxes of each split: "gt" (ground truth) or "proposal" (detections).
     _C.DATASET.TRAIN_BOXES = "gt"
     _C.DATASET.VAL_BOXES = "gt"
@@ -25,14 +26,14 @@ def refcoco_defaults():
 
 
 # Valid values of the numeric keys that RefCOCO+'s model reads (common.config.values).
-VALUE_RULES = task_rules({"NETWORK.CLASSIFIER_DROPOUT": PROBABILITY})
+VALUE_RULES = task_rules({"NETWORK.CLASSIFIER_DROPOUT": PROBABILITY}, (VLBERT_RULES, VISUAL_SCALE_RULES))
 
 config, update_config, load_config = task_api(refcoco_defaults, VALUE_RULES)
 
 _NOT_READ = "the RefCOCO+ data set and model do not read it (the reference's neither)"
 _VQA_KEY = "a VQA answer-vocabulary key; RefCOCO+ has no answer vocabulary (the reference's neither)"
 
-# Keys that RefCOCO+'s data set and model read (common.config_keys.TASK) and RefCOCO+'s own keys.
+# Keys of the VL-BERT group that RefCOCO+ reads, ignores or refuses, and RefCOCO+'s own keys.
 KEY_STATUS = task_key_status(refcoco_defaults(), {
     "DATASET.APPEND_INDEX": refused("the RefCOCO+ model takes no sample-index input (im_info carries the index)"),
     "DATASET.TASK": warned("RefCOCO+ has one task; " + _NOT_READ),
@@ -88,7 +89,7 @@ KEY_STATUS = task_key_status(refcoco_defaults(), {
     "NETWORK.ANS_LOSS_TYPE": warned(_VQA_KEY),
     "NETWORK.REPLACE_OBJECT_CHANGE_LABEL": warned(_VQA_KEY),
     "TRAIN.LOSS_LOGGERS": DONE,
-})
+}, (VLBERT_STATUS, VISUAL_SCALE_STATUS))
 
 
 check_config = key_checker(refcoco_defaults, KEY_STATUS)

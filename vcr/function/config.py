@@ -3,11 +3,13 @@ what each key does here (``KEY_STATUS``, see :mod:`common.config_keys`)."""
 from common.config import common_defaults, task_api, task_rules
 from common.config.values import PROBABILITY, int_at_least, number_above, number_at_least, one_of
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
+from common.modeling.vlbert_config import (VISUAL_SCALE_RULES, VISUAL_SCALE_STATUS, VLBERT_RULES, VLBERT_STATUS,
+                                           add_visual_scale_config, add_vlbert_config)
 
 
 def vcr_defaults():
     """Defaults of the VCR task as a fresh mutable CfgNode."""
-    _C = common_defaults()
+    _C = add_visual_scale_config(add_vlbert_config(common_defaults()))
     # The label is the 8th element of a VCR batch.
     _C.DATASET.LABEL_INDEX_IN_BATCH = 7
 
@@ -41,11 +43,11 @@ VALUE_RULES = task_rules({
     "NETWORK.CLASSIFIER_DROPOUT": PROBABILITY,
     "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT": number_above(0),
     "NETWORK.CNN_REG_DROPOUT": PROBABILITY,
-})
+}, (VLBERT_RULES, VISUAL_SCALE_RULES))
 
 config, update_config, load_config = task_api(vcr_defaults, VALUE_RULES)
 
-# Keys that VCR's data set and model read (common.config_keys.TASK) and VCR's own keys.
+# Keys of the VL-BERT group that VCR reads or refuses, and VCR's own keys.
 KEY_STATUS = task_key_status(vcr_defaults(), {
     "DATASET.APPEND_INDEX": refused("the VCR model takes no sample-index input (the reference's neither)"),
     "DATASET.TASK": DONE,
@@ -91,7 +93,7 @@ KEY_STATUS = task_key_status(vcr_defaults(), {
     "NETWORK.ANSWER_FIRST": DONE,
     "NETWORK.LOAD_REL_HEAD": DONE,
     "TRAIN.LOSS_LOGGERS": DONE,
-})
+}, (VLBERT_STATUS, VISUAL_SCALE_STATUS))
 
 
 check_config = key_checker(vcr_defaults, KEY_STATUS)

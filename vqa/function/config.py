@@ -3,28 +3,13 @@ each key does here (``KEY_STATUS``)."""
 from common.config import common_defaults, task_api, task_rules
 from common.config.values import PROBABILITY, int_at_least, one_of
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
-
-
-def add_answer_vocab_keys(_C):
-    """Answer vocabulary keys shared by the tasks that classify over a fixed answer list."""
-    # Answer vocabulary file (one answer a line) and its size (VQA v2 top answers: 3129).
-    _C.DATASET.ANSWER_VOCAB_FILE = ''
-    _C.DATASET.ANSWER_VOCAB_SIZE = 3129
-    # Use the pre-built image database (imdb) files.
-    _C.DATASET.USE_IMDB = True
-    # Initialise the classifier from a pretrained head.
-    _C.NETWORK.CLASSIFIER_PRETRAINED = False
-    # Answer loss: 'bce' (binary cross-entropy per answer with the soft scores, times the number of
-    # answers) or 'ce' (softmax cross-entropy against the soft scores).
-    _C.NETWORK.ANS_LOSS_TYPE = 'bce'
-    # Object replacement augmentation changes the label.
-    _C.NETWORK.REPLACE_OBJECT_CHANGE_LABEL = True
-    return _C
+from common.modeling.vlbert_config import (VISUAL_SCALE_RULES, VISUAL_SCALE_STATUS, VLBERT_RULES, VLBERT_STATUS,
+                                           add_answer_vocab_config, add_visual_scale_config, add_vlbert_config)
 
 
 def vqa_defaults():
     """Defaults of the VQA task as a fresh mutable CfgNode."""
-    _C = add_answer_vocab_keys(common_defaults())
+    _C = add_answer_vocab_config(add_visual_scale_config(add_vlbert_config(common_defaults())))
     # Boxes per image of the detections: "36" (fixed) or "10-100ada" (adaptive).
     _C.DATASET.BOXES = "36"
     _C.TRAIN.LOSS_LOGGERS = [('ans_loss', 'AnsLoss')]
@@ -37,7 +22,7 @@ VALUE_RULES = task_rules({
     "NETWORK.VLBERT.object_word_embed_mode": one_of(1, 2, 3),
     "NETWORK.CLASSIFIER_HIDDEN_SIZE": int_at_least(1),
     "NETWORK.CLASSIFIER_DROPOUT": PROBABILITY,
-})
+}, (VLBERT_RULES, VISUAL_SCALE_RULES))
 
 config, update_config, load_config = task_api(vqa_defaults, VALUE_RULES)
 
@@ -89,7 +74,7 @@ KEY_STATUS = task_key_status(vqa_defaults(), {
     "NETWORK.ANS_LOSS_TYPE": DONE,
     "NETWORK.REPLACE_OBJECT_CHANGE_LABEL": warned(_NOT_IN_VQA_MODEL),
     "TRAIN.LOSS_LOGGERS": DONE,
-})
+}, (VLBERT_STATUS, VISUAL_SCALE_STATUS))
 
 
 check_config = key_checker(vqa_defaults, KEY_STATUS)

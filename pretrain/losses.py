@@ -1,4 +1,4 @@
-"""Losses of the VL-BERT tasks with the reference release's reductions."""
+"""Losses of VL-BERT pretraining (MLM, MVRC) with the reference release's reductions."""
 import torch
 import torch.nn.functional as F
 
