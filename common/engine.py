@@ -19,7 +19,7 @@ from tensorboardX import SummaryWriter
 
 from common import amp
 from common import distributed as cdist
-from common.checkpoint import load_checkpoint_file, load_model_state_dict, load_partial_pretrain, resume_training
+from common.checkpoint import load_checkpoint_file, load_model_state_dict, resume_training
 from common.cli import config_from_args, setup_output, train_argument_parser, train_output_folder
 from common.compile import compile_forward
 from common.data.build import make_dataloader
@@ -33,6 +33,7 @@ from common.hooks.validation_monitor import ValidationMonitor
 from common.lr_scheduler import build_lr_scheduler, updates_per_epoch
 from common.modeling.module import held_random_init_warnings, warn_random_init
 from common.optim import build_optimizer, images_per_step
+from common.partial_pretrain import load_partial_pretrain
 from common.trainer import Trainer, to_device
 
 # Apex's floor for the dynamic loss scale in the reference's amp.initialize call.

@@ -13,8 +13,9 @@ from common import amp
 from common import checkpoint as ck
 from common.hooks.base import TrainContext
 from common.hooks.checkpoint import Checkpoint, StepCheckpoint, checkpoint_hooks
+from common.partial_pretrain import load_partial_pretrain
 from common.train_state import check_train_state, new_train_state
-from vcr.task import pretrain_renames
+from vcr.modules.resnet_vlbert_for_vcr import pretrain_renames
 
 
 class Net(nn.Module):
@@ -328,7 +329,7 @@ def test_partial_pretrain_vcr(tmp_path, module_prefix, wrap):
     model = TinyVCR()
     init_other = model.other.weight.clone()
     target = nn.DataParallel(model) if wrap else model
-    report = ck.load_partial_pretrain(target, path, VCR_PREFIX_CHANGES, _vcr_renames(segmb_init=True, load_rel_head=True))
+    report = load_partial_pretrain(target, path, VCR_PREFIX_CHANGES, _vcr_renames(segmb_init=True, load_rel_head=True))
 
     tte = src["vlbert.token_type_embeddings.weight"].float()
     got = model.vlbert._module.token_type_embeddings.weight
@@ -353,7 +354,7 @@ def test_partial_pretrain_without_options(tmp_path):
     path, src = _pretrain_file(tmp_path)
     model = TinyVCR()
     before = model.final_mlp[1].weight.clone()
-    report = ck.load_partial_pretrain(model, path, ["module.vlbert->module.vlbert._module"])
+    report = load_partial_pretrain(model, path, ["module.vlbert->module.vlbert._module"])
     assert torch.equal(model.final_mlp[1].weight, before)
     assert torch.equal(model.vlbert._module.token_type_embeddings.weight,
                        src["vlbert.token_type_embeddings.weight"].float())
@@ -363,13 +364,13 @@ def test_partial_pretrain_without_options(tmp_path):
 def test_partial_pretrain_errors(tmp_path):
     path, _ = _pretrain_file(tmp_path)
     with pytest.raises(ValueError, match="'old_prefix->new_prefix', got 'vlbert'"):
-        ck.load_partial_pretrain(TinyVCR(), path, ["vlbert"])
+        load_partial_pretrain(TinyVCR(), path, ["vlbert"])
     with pytest.raises(ck.CheckpointError, match="SEGMB_INIT.*vlbert._module.token_type_embeddings.weight"):
-        ck.load_partial_pretrain(TinyVCR(), path, [], _vcr_renames(segmb_init=True))
+        load_partial_pretrain(TinyVCR(), path, [], _vcr_renames(segmb_init=True))
     model = TinyVCR()
     model.vlbert._module.encoder = nn.Linear(4, 5)
     with pytest.raises(ck.CheckpointError, match=r"encoder.weight has shape \(4, 4\) in the checkpoint but \(5, 4\)"):
-        ck.load_partial_pretrain(model, path, VCR_PREFIX_CHANGES)
+        load_partial_pretrain(model, path, VCR_PREFIX_CHANGES)
 
 
 # --- with the real task models (tiny sizes) ------------------------------------------------------ #
@@ -398,7 +399,7 @@ def test_reference_checkpoint_and_partial_pretrain_with_task_models(tmp_path):
     fresh = build("vcr", "base_q2a_4x16G_fp32.yaml", TINY)
     init = {k: v.clone() for k, v in fresh.state_dict().items()}
     from vcr.task import TASK
-    report = ck.load_partial_pretrain(fresh, pre_path, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES,
+    report = load_partial_pretrain(fresh, pre_path, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES,
                                       TASK.pretrain_renames(cfg))
     tte = fresh.vlbert._module.token_type_embeddings.weight
     src = pre_sd["module.vlbert.token_type_embeddings.weight"].float()
