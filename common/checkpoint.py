@@ -18,16 +18,15 @@ atomically by :mod:`common.safe_write` and read by :mod:`common.safe_load`.
 import collections
 import logging
 import os
-import random
 import re
 from dataclasses import dataclass
 from typing import List
 
-import numpy as np
 import torch
 import yaml
 
 from common import distributed as cdist
+from common.rng import rng_state, set_rng_state
 from common.safe_load import UnreadableFileError, load_tensors
 from common.safe_write import OutputWriteError, atomic_write
 from common.train_state import check_train_state, new_train_state
@@ -142,31 +141,6 @@ def model_state_fp32(model):
         v = v.detach()
         out[k] = (v.float() if v.is_floating_point() else v).cpu().clone()
     return out
-
-
-def rng_state():
-    """This process's RNG states (python, numpy, torch CPU, every CUDA device) as plain values."""
-    bit_generator, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        "numpy": {"bit_generator": bit_generator, "keys": torch.from_numpy(keys.astype(np.int64)),
-                  "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state):
-    """Restore :func:`rng_state` (CUDA states only for devices present on both sides)."""
-    version, internal, gauss_next = state["python"]
-    random.setstate((version, tuple(internal), gauss_next))
-    npst = state["numpy"]
-    np.random.set_state((npst["bit_generator"], npst["keys"].numpy().astype(np.uint32), npst["pos"],
-                         npst["has_gauss"], npst["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
-    if torch.cuda.is_available() and state["cuda"]:
-        n = min(len(state["cuda"]), torch.cuda.device_count())
-        torch.cuda.set_rng_state_all(state["cuda"][:n])
 
 
 def _config_text(config):
@@ -434,3 +408,53 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
     logger.info("Resumed from %s: epoch %d, batch %d, optimizer step %d", path, state["epoch"],
                 state["epoch_batch"], state["global_step"])
     return ResumeInfo(path, state, restored)
+
+
+class Checkpointer:
+    """What a training checkpoint saves and restores, in one object (detectron2's ``Checkpointer`` role).
+
+    It holds the model and every stateful object of a run under the key it takes in the file: the
+    optimizer (``optimizer``), the loss scaler (``amp``), the LR scheduler (``lr_scheduler``) and the
+    validation monitor's best epoch (``validation_monitor``, the one hook with a state); the loop's
+    progress (``train_state``) is passed to :meth:`save`, where it is current. The file format is
+    :func:`make_checkpoint`'s, the names :func:`epoch_checkpoint_path` and its siblings'.
+
+    Args:
+        model: the trained ``nn.Module`` (DDP-wrapped or not; saved without ``module.``).
+        optimizer: its optimizer.
+        prefix: ``{output folder}/{MODEL_PREFIX}``.
+        config: saved under ``config`` (CfgNode, dict or YAML text), or None.
+        scaler, lr_scheduler, validation_monitor: objects with ``state_dict()`` / ``load_state_dict()``,
+            or None (left out of the file, not restored). A scheduler rebuilt after :meth:`resume`
+            replaces ``lr_scheduler`` here.
+    """
+
+    def __init__(self, model, optimizer, prefix, config=None, scaler=None, lr_scheduler=None,
+                 validation_monitor=None):
+        self.model = model
+        self.optimizer = optimizer
+        self.prefix = prefix
+        self.config = config
+        self.scaler = scaler
+        self.lr_scheduler = lr_scheduler
+        self.validation_monitor = validation_monitor
+
+    def save(self, paths, train_state):
+        """Write the checkpoint of the run at ``train_state`` to ``paths`` (see :func:`save_checkpoint`:
+        every rank calls it, rank 0 writes).
+
+        Raises:
+            OutputWriteError: an OS failure; the last good checkpoint stays intact.
+        """
+        save_checkpoint(paths, self.model, self.optimizer, validation_monitor=self.validation_monitor,
+                        scaler=self.scaler, lr_scheduler=self.lr_scheduler, train_state=train_state,
+                        config=self.config)
+
+    def resume(self, train_cfg, steps_per_epoch=None):
+        """TRAIN.RESUME / TRAIN.AUTO_RESUME into the held objects; see :func:`resume_training`.
+
+        Returns:
+            None when nothing was resumed, else :class:`ResumeInfo`.
+        """
+        return resume_training(self.prefix, train_cfg, self.model, self.optimizer, self.scaler, self.lr_scheduler,
+                               self.validation_monitor, steps_per_epoch=steps_per_epoch)

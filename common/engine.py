@@ -4,7 +4,7 @@ The task supplies its dataset, model, metrics and pretrain key renames; this mod
 rest from the config, in the order the design fixes::
 
     process group -> output folder + logger -> seed -> model (+ partial pretrain) -> loaders
-    -> optimizer -> autocast context + loss scaler -> scheduler -> resume -> DDP -> hooks -> Trainer
+    -> optimizer -> autocast context + loss scaler -> scheduler -> checkpointer + resume -> DDP -> hooks -> Trainer
 
 The reference release repeats this set-up in every task's ``function/train.py``; here it is
 written once.
@@ -19,7 +19,7 @@ from tensorboardX import SummaryWriter
 
 from common import amp
 from common import distributed as cdist
-from common.checkpoint import load_checkpoint_file, load_model_state_dict, resume_training
+from common.checkpoint import Checkpointer, load_checkpoint_file, load_model_state_dict
 from common.cli import config_from_args, setup_output, train_argument_parser, train_output_folder
 from common.compile import compile_forward
 from common.data.build import make_dataloader
@@ -190,8 +190,9 @@ def train_net(args, cfg, task):
 
     prefix = os.path.join(folder, cfg.MODEL_PREFIX)
     steps_per_epoch = updates_per_epoch(len(train_loader), train_cfg.GRAD_ACCUMULATE_STEPS)
-    resumed = resume_training(prefix, train_cfg, model, optimizer, scaler, lr_scheduler, validation,
-                              steps_per_epoch=steps_per_epoch)
+    checkpointer = Checkpointer(model, optimizer, prefix, config=cfg, scaler=scaler, lr_scheduler=lr_scheduler,
+                                validation_monitor=validation)
+    resumed = checkpointer.resume(train_cfg, steps_per_epoch=steps_per_epoch)
     state = None
     if resumed is None:
         warn_random_init(model, random_parts)
@@ -199,6 +200,7 @@ def train_net(args, cfg, task):
         state = resumed.state
         if "lr_scheduler" not in resumed.restored:  # a reference checkpoint: position the schedule
             lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader), begin_step=state["global_step"])
+            checkpointer.lr_scheduler = lr_scheduler
 
     net = compile_forward(model, train_cfg.COMPILE)
     if world_size > 1:
@@ -216,7 +218,7 @@ def train_net(args, cfg, task):
     hooks = [validation, LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT, world_size),
              Speedometer(images_per_step(cfg, world_size) // train_cfg.GRAD_ACCUMULATE_STEPS, cfg.LOG_FREQUENT,
                          batches_per_epoch=len(train_loader), epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
-    hooks += checkpoint_hooks(prefix, cfg, validation)
+    hooks += checkpoint_hooks(checkpointer, cfg)
     hooks.append(RunSummary())
     trainer = Trainer(net, optimizer, train_loader, scaler=scaler, autocast=autocast, hooks=hooks,
                       metrics=task.build_metrics(cfg, True), lr_scheduler=lr_scheduler, writer=writer,
