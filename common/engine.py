@@ -32,7 +32,7 @@ from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
 from common.lr_scheduler import build_lr_scheduler, updates_per_epoch
 from common.modeling.module import held_random_init_warnings, warn_random_init
-from common.optim import build_optimizer, images_per_step
+from common.optim import build_optimizer
 from common.partial_pretrain import load_partial_pretrain
 from common.trainer import Trainer, to_device
 
@@ -215,9 +215,9 @@ def train_net(args, cfg, task):
         # wrote after its last checkpoint, so each x keeps one point.
         purge_step = None if state is None else state["epoch"] * len(train_loader) + state["epoch_batch"]
         writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"), purge_step=purge_step)
-    hooks = [validation, LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT, world_size),
-             Speedometer(images_per_step(cfg, world_size) // train_cfg.GRAD_ACCUMULATE_STEPS, cfg.LOG_FREQUENT,
-                         batches_per_epoch=len(train_loader), epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
+    hooks = [validation, LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT),
+             Speedometer(cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
+                         epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
     hooks += checkpoint_hooks(checkpointer, cfg)
     hooks.append(RunSummary())
     trainer = Trainer(net, optimizer, train_loader, scaler=scaler, autocast=autocast, hooks=hooks,

@@ -7,6 +7,7 @@ crash after it (a resumed run hides the later ones, see ``purge_step`` in common
 """
 from common.checkpoint import (best_checkpoint_path, epoch_checkpoint_path, prune_step_checkpoints,
                                step_checkpoint_path)
+from common.train_state import tried_steps
 
 from .base import HookBase
 
@@ -63,7 +64,7 @@ class StepCheckpoint(HookBase):
 
     def after_batch(self, ctx):
         state, prefix = ctx.state, self.checkpointer.prefix
-        if not ctx.step_ended or (state["global_step"] + state["skipped_steps"]) % self.every_steps:
+        if not ctx.step_ended or tried_steps(state) % self.every_steps:
             return
         _save(self.checkpointer, step_checkpoint_path(prefix, state["epoch"], state["epoch_batch"]), ctx)
         prune_step_checkpoints(prefix, self.keep)
