@@ -220,8 +220,8 @@ class Recorder:
     def after_train(self, ctx): pass
 
     def after_batch(self, ctx):
-        self.timings.append(ctx.timings)
-        self.samples += ctx.samples
+        self.timings.append(ctx.record.timings)
+        self.samples += ctx.record.samples
 
 
 def synced(fn, device):

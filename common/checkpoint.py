@@ -1,4 +1,4 @@
-"""Checkpoints: atomic saving, safe loading, exact resume and partial pretrain loading.
+"""Checkpoints: atomic saving, safe loading and exact resume (partial pretrain loading: common.partial_pretrain).
 
 File layout (the reference release's, plus mid-epoch files of our own)::
 
@@ -18,16 +18,15 @@ atomically by :mod:`common.safe_write` and read by :mod:`common.safe_load`.
 import collections
 import logging
 import os
-import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List
 
-import numpy as np
 import torch
 import yaml
 
 from common import distributed as cdist
+from common.rng import rng_state, set_rng_state
 from common.safe_load import UnreadableFileError, load_tensors
 from common.safe_write import OutputWriteError, atomic_write
 from common.train_state import check_train_state, new_train_state
@@ -144,31 +143,6 @@ def model_state_fp32(model):
     return out
 
 
-def rng_state():
-    """This process's RNG states (python, numpy, torch CPU, every CUDA device) as plain values."""
-    bit_generator, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        "numpy": {"bit_generator": bit_generator, "keys": torch.from_numpy(keys.astype(np.int64)),
-                  "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state):
-    """Restore :func:`rng_state` (CUDA states only for devices present on both sides)."""
-    version, internal, gauss_next = state["python"]
-    random.setstate((version, tuple(internal), gauss_next))
-    npst = state["numpy"]
-    np.random.set_state((npst["bit_generator"], npst["keys"].numpy().astype(np.uint32), npst["pos"],
-                         npst["has_gauss"], npst["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
-    if torch.cuda.is_available() and state["cuda"]:
-        n = min(len(state["cuda"]), torch.cuda.device_count())
-        torch.cuda.set_rng_state_all(state["cuda"][:n])
-
-
 def _config_text(config):
     if config is None or isinstance(config, str):
         return config
@@ -255,7 +229,7 @@ def load_checkpoint_file(path):
     return ckpt
 
 
-def _match_key(key, targets):
+def match_key(key, targets):
     """``key``, or ``key`` with its ``module.`` prefix added or removed, whichever is in ``targets``."""
     if key in targets:
         return key
@@ -275,7 +249,7 @@ def load_model_state_dict(model, state_dict, source="state dict"):
     target = model.state_dict()
     parsed, unexpected = {}, []
     for k, v in state_dict.items():
-        mk = _match_key(k, target)
+        mk = match_key(k, target)
         if mk is None:
             unexpected.append(k)
         else:
@@ -436,96 +410,51 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
     return ResumeInfo(path, state, restored)
 
 
-# --------------------------------------------------------------------------------------------- #
-# Partial pretrain loading
-# --------------------------------------------------------------------------------------------- #
-@dataclass
-class PartialLoadReport:
-    """Keys (model names) loaded from the file, file keys with no place in the model, and model
-    keys left at their initial values."""
-    loaded: List[str] = field(default_factory=list)
-    unmatched: List[str] = field(default_factory=list)
-    not_loaded: List[str] = field(default_factory=list)
+class Checkpointer:
+    """What a training checkpoint saves and restores, in one object (detectron2's ``Checkpointer`` role).
 
-
-def _strip_module(key):
-    return key[len("module."):] if key.startswith("module.") else key
-
-
-def parse_prefix_changes(prefix_changes):
-    """``["old->new", ...]`` (NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES) -> list of (old, new).
-
-    Raises:
-        ValueError: an entry without exactly one ``->``.
-    """
-    pairs = []
-    for entry in prefix_changes:
-        parts = entry.split("->")
-        if len(parts) != 2:
-            raise ValueError("NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES: expected 'old_prefix->new_prefix', "
-                             "got {!r}".format(entry))
-        pairs.append((parts[0], parts[1]))
-    return pairs
-
-
-def pretrain_state_for_finetune(state_dict, prefix_changes=(), renames=None, source="pretrain checkpoint"):
-    """Rename a pretraining state dict for a fine-tuning model, as the reference release did.
-
-    1. Each key takes the first prefix change whose old prefix it starts with (rules apply to
-       the raw keys, ``module.`` included), then loses any ``module.`` prefix.
-    2. ``renames(parsed, raw, source)``, the task's own renames (:meth:`common.task.Task.pretrain_renames`),
-       gets the renamed fp32 tensors and the file's tensors under their own names.
+    It holds the model and every stateful object of a run under the key it takes in the file: the
+    optimizer (``optimizer``), the loss scaler (``amp``), the LR scheduler (``lr_scheduler``) and the
+    validation monitor's best epoch (``validation_monitor``, the one hook with a state); the loop's
+    progress (``train_state``) is passed to :meth:`save`, where it is current. The file format is
+    :func:`make_checkpoint`'s, the names :func:`epoch_checkpoint_path` and its siblings'.
 
     Args:
-        state_dict: the file's ``state_dict`` (any dtype, ``module.`` keys or not).
-        source: names the file in the task's errors.
-    Returns:
-        dict of renamed fp32/int tensors.
+        model: the trained ``nn.Module`` (DDP-wrapped or not; saved without ``module.``).
+        optimizer: its optimizer.
+        prefix: ``{output folder}/{MODEL_PREFIX}``.
+        config: saved under ``config`` (CfgNode, dict or YAML text), or None.
+        scaler, lr_scheduler, validation_monitor: objects with ``state_dict()`` / ``load_state_dict()``,
+            or None (left out of the file, not restored). A scheduler rebuilt after :meth:`resume`
+            replaces ``lr_scheduler`` here.
     """
-    rules = parse_prefix_changes(prefix_changes)
-    parsed = {}
-    for k, v in state_dict.items():
-        for old, new in rules:
-            if k.startswith(old):
-                k = new + k[len(old):]
-                break
-        parsed[_strip_module(k)] = v.float() if v.is_floating_point() else v
-    if renames is not None:
-        parsed = renames(parsed, {_strip_module(k): v for k, v in state_dict.items()}, source)
-    return parsed
 
+    def __init__(self, model, optimizer, prefix, config=None, scaler=None, lr_scheduler=None,
+                 validation_monitor=None):
+        self.model = model
+        self.optimizer = optimizer
+        self.prefix = prefix
+        self.config = config
+        self.scaler = scaler
+        self.lr_scheduler = lr_scheduler
+        self.validation_monitor = validation_monitor
 
-def load_partial_pretrain(model, path, prefix_changes=(), renames=None):
-    """NETWORK.PARTIAL_PRETRAIN: copy the matching weights of a pretraining checkpoint into ``model``.
+    def save(self, paths, train_state):
+        """Write the checkpoint of the run at ``train_state`` to ``paths`` (see :func:`save_checkpoint`:
+        every rank calls it, rank 0 writes).
 
-    Keys are renamed by :func:`pretrain_state_for_finetune`; each one found in the model (with
-    or without ``module.``) is copied, cast to the model's dtype. The counts and lists of loaded,
-    unmatched and initial-value keys are logged (``vlbert.checkpoint``: the run's log file).
+        Raises:
+            OutputWriteError: an OS failure; the last good checkpoint stays intact.
+        """
+        save_checkpoint(paths, self.model, self.optimizer, validation_monitor=self.validation_monitor,
+                        scaler=self.scaler, lr_scheduler=self.lr_scheduler, train_state=train_state,
+                        config=self.config)
 
-    Returns:
-        PartialLoadReport.
-    Raises:
-        CheckpointError: not a checkpoint, or a matched key whose shape differs from the model's.
-    """
-    source = load_checkpoint_file(path)["state_dict"]
-    parsed = pretrain_state_for_finetune(source, prefix_changes, renames, source=path)
-    target = model.state_dict()
-    report, update = PartialLoadReport(), {}
-    for k, v in parsed.items():
-        mk = _match_key(k, target)
-        if mk is None:
-            report.unmatched.append(k)
-            continue
-        if v.shape != target[mk].shape:
-            raise CheckpointError("{}: {} has shape {} in the checkpoint but {} in the model".format(
-                path, k, tuple(v.shape), tuple(target[mk].shape)))
-        update[mk] = v.to(target[mk].dtype)
-        report.loaded.append(mk)
-    report.not_loaded = [k for k in target if k not in update]
-    model.load_state_dict(update, strict=False)
-    logger.info("[Partial Load] %s: %d keys loaded, %d keys of the file not matched, %d model keys left at init",
-                path, len(report.loaded), len(report.unmatched), len(report.not_loaded))
-    logger.info("[Partial Load] loaded keys: %s", report.loaded)
-    logger.info("[Partial Load] non matched keys: %s", report.unmatched)
-    logger.info("[Partial Load] non pretrain keys (left at init): %s", report.not_loaded)
-    return report
+    def resume(self, train_cfg, steps_per_epoch=None):
+        """TRAIN.RESUME / TRAIN.AUTO_RESUME into the held objects; see :func:`resume_training`.
+
+        Returns:
+            None when nothing was resumed, else :class:`ResumeInfo`.
+        """
+        return resume_training(self.prefix, train_cfg, self.model, self.optimizer, self.scaler, self.lr_scheduler,
+                               self.validation_monitor, steps_per_epoch=steps_per_epoch)

@@ -4,7 +4,7 @@ The task supplies its dataset, model, metrics and pretrain key renames; this mod
 rest from the config, in the order the design fixes::
 
     process group -> output folder + logger -> seed -> model (+ partial pretrain) -> loaders
-    -> optimizer -> autocast context + loss scaler -> scheduler -> resume -> DDP -> hooks -> Trainer
+    -> optimizer -> autocast context + loss scaler -> scheduler -> checkpointer + resume -> DDP -> hooks -> Trainer
 
 The reference release repeats this set-up in every task's ``function/train.py``; here it is
 written once.
@@ -18,7 +18,7 @@ from tensorboardX import SummaryWriter
 
 from common import amp
 from common import distributed as cdist
-from common.checkpoint import load_checkpoint_file, load_model_state_dict, load_partial_pretrain, resume_training
+from common.checkpoint import Checkpointer, load_checkpoint_file, load_model_state_dict
 from common.cli import config_from_args, setup_output, train_argument_parser, train_output_folder
 from common.compile import compile_forward
 from common.data.build import make_dataloader
@@ -32,7 +32,8 @@ from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
 from common.lr_scheduler import build_lr_scheduler, updates_per_epoch
 from common.modeling.module import held_random_init_warnings, warn_random_init
-from common.optim import build_optimizer, images_per_step
+from common.optim import build_optimizer
+from common.partial_pretrain import load_partial_pretrain
 from common.trainer import Trainer
 
 # Apex's floor for the dynamic loss scale in the reference's amp.initialize call.
@@ -159,8 +160,9 @@ def train_net(args, cfg, task):
 
     prefix = os.path.join(folder, cfg.MODEL_PREFIX)
     steps_per_epoch = updates_per_epoch(len(train_loader), train_cfg.GRAD_ACCUMULATE_STEPS)
-    resumed = resume_training(prefix, train_cfg, model, optimizer, scaler, lr_scheduler, validation,
-                              steps_per_epoch=steps_per_epoch)
+    checkpointer = Checkpointer(model, optimizer, prefix, config=cfg, scaler=scaler, lr_scheduler=lr_scheduler,
+                                validation_monitor=validation)
+    resumed = checkpointer.resume(train_cfg, steps_per_epoch=steps_per_epoch)
     state = None
     if resumed is None:
         warn_random_init(model, random_parts)
@@ -168,6 +170,7 @@ def train_net(args, cfg, task):
         state = resumed.state
         if "lr_scheduler" not in resumed.restored:  # a reference checkpoint: position the schedule
             lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader), begin_step=state["global_step"])
+            checkpointer.lr_scheduler = lr_scheduler
 
     net = compile_forward(model, train_cfg.COMPILE)
     if world_size > 1:
@@ -182,10 +185,10 @@ def train_net(args, cfg, task):
         # wrote after its last checkpoint, so each x keeps one point.
         purge_step = None if state is None else state["epoch"] * len(train_loader) + state["epoch_batch"]
         writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"), purge_step=purge_step)
-    hooks = [validation, LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT, world_size),
-             Speedometer(images_per_step(cfg, world_size) // train_cfg.GRAD_ACCUMULATE_STEPS, cfg.LOG_FREQUENT,
-                         batches_per_epoch=len(train_loader), epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
-    hooks += checkpoint_hooks(prefix, cfg, validation)
+    hooks = [validation, LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT),
+             Speedometer(cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
+                         epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
+    hooks += checkpoint_hooks(checkpointer, cfg)
     hooks.append(RunSummary())
     trainer = Trainer(net, optimizer, train_loader, scaler=scaler, autocast=autocast, hooks=hooks,
                       metrics=task.build_metrics(cfg, True), lr_scheduler=lr_scheduler, writer=writer,

@@ -39,3 +39,8 @@ def check_train_state(state: dict) -> dict:
         if key not in state:
             raise KeyError("train state misses {!r} (has {})".format(key, sorted(state)))
     return {key: type(default)(state[key]) for key, default in DEFAULTS.items()}
+
+
+def tried_steps(state: dict) -> int:
+    """Optimizer steps tried over the whole run (applied or skipped): what step-periodic work counts."""
+    return state["global_step"] + state["skipped_steps"]

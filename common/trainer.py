@@ -8,7 +8,8 @@ One optimizer step, as :class:`Trainer` does it (``k = grad_accumulate_steps``):
         metrics.update(outputs)
     last micro-batch: scaler.step(optimizer, clip_grad_norm)   # unscale once, clip, step or skip
                       optimizer.zero_grad(); hooks.after_step (LR schedule)
-    every micro-batch: hooks.after_batch (TensorBoard, speedometer line, mid-epoch checkpoint)
+    every micro-batch: record the figures (common.events.StepRecord); hooks.after_batch (TensorBoard,
+                       speedometer line, mid-epoch checkpoint) read them
     epoch end:        hooks.after_epoch (validation, plateau LR, checkpoint)
 
 Groups start at batch 0 of every epoch and never span two epochs; the last group of an epoch
@@ -40,9 +41,10 @@ from tqdm import tqdm
 
 from common.amp import LossScaler
 from common.data.collate import Batch
+from common.distributed import get_world_size
 from common.logs import get_logger
 from common.hooks.base import HookBase, TrainContext
-from common.train_state import check_train_state, new_train_state
+from common.train_state import check_train_state, new_train_state, tried_steps
 
 DEFAULT_MAX_CONSECUTIVE_SKIPS = 100
 
@@ -116,6 +118,8 @@ class Trainer:
         is_main = rank is None or rank == 0
         self.ctx = TrainContext(net, optimizer, lr_scheduler, scaler or LossScaler(), new_train_state(),
                                 writer if is_main else None, metrics, rank)
+        self.ctx.record.world_size = get_world_size()
+        self.group_loss = None  # the accumulation group's loss so far (a 0-dim tensor)
         self.device = next(net.parameters()).device
         self.params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
 
@@ -135,6 +139,9 @@ class Trainer:
         ctx = self.ctx
         ctx.state = check_train_state(state) if state is not None else new_train_state(epoch=begin_epoch)
         ctx.end_epoch = end_epoch
+        # A resumed run's step count goes on from the checkpoint's, so step-periodic hooks keep their steps.
+        ctx.record.tried_steps = tried_steps(ctx.state)
+        ctx.record.skipped_steps = ctx.state["skipped_steps"]
         self._call("before_train")
         for epoch in range(ctx.state["epoch"], end_epoch):
             if ctx.is_main:
@@ -178,7 +185,7 @@ class Trainer:
         bar = tqdm(total=n, initial=start, desc="Epoch {}".format(epoch), leave=False, dynamic_ncols=True,
                    disable=not (ctx.is_main and sys.stdout.isatty()))
         micro_batch = start - 1
-        end = time.perf_counter()
+        end = clock = time.perf_counter()  # clock: the record's training time, which excludes the epoch ends
         for micro_batch, batch in enumerate(it, start):
             t0 = time.perf_counter()
             group_start = micro_batch - micro_batch % self.k
@@ -197,21 +204,26 @@ class Trainer:
                 t2 = time.perf_counter()
                 ctx.scaler.backward(loss)
             t3 = time.perf_counter()
-            # (ctx.loss is None after a resume in the middle of a group)
-            first = ctx.loss is None or micro_batch == group_start
-            ctx.loss = loss.detach() if first else ctx.loss + loss.detach()
-            ctx.micro_batch, ctx.step_ended, ctx.samples = micro_batch, step_ended, _num_samples(batch)
+            # (group_loss is None after a resume in the middle of a group)
+            first = self.group_loss is None or micro_batch == group_start
+            self.group_loss = loss.detach() if first else self.group_loss + loss.detach()
+            ctx.micro_batch, ctx.step_ended = micro_batch, step_ended
             if step_ended:
-                self._optimizer_step()
+                step_loss, grad_norm = self._optimizer_step()
             t4 = time.perf_counter()
             if ctx.metrics is not None:
                 ctx.metrics.update(outputs)
             t5 = time.perf_counter()
             state["epoch_batch"] = micro_batch + 1
             bar.update(1)
-            ctx.timings = (t0 - end, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)
             if step_ended:
                 self._call("after_step")
+            # Written after the LR hook's after_step: the recorded LR is the one the next step uses.
+            ctx.record.write_micro_batch(_num_samples(batch), (t0 - end, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4),
+                                         t5 - clock)
+            clock = t5
+            if step_ended:
+                ctx.record.write_step(step_loss, ctx.optimizer, ctx.scaler, grad_norm, state, self.device)
             self._call("after_batch")
             end = time.perf_counter()
         bar.close()
@@ -220,10 +232,11 @@ class Trainer:
                                .format(micro_batch + 1, epoch, n))
 
     def _optimizer_step(self):
+        """Step (or skip) the optimizer on the group's gradients; returns (group loss, gradient norm or None)."""
         ctx, state = self.ctx, self.ctx.state
         result = ctx.scaler.step(ctx.optimizer, self.clip_grad_norm, self.params)
-        ctx.step_applied, ctx.grad_norm = result.applied, result.grad_norm
-        loss = ctx.loss.item()
+        ctx.step_applied = result.applied
+        loss = self.group_loss.item()
         if math.isfinite(loss):
             state["last_finite_loss"] = loss
         if result.applied:
@@ -240,3 +253,4 @@ class Trainer:
                         state["consecutive_skips"], ctx.epoch, ctx.micro_batch, state["global_step"],
                         ctx.scaler.scale, state["last_finite_loss"]))
         ctx.optimizer.zero_grad(set_to_none=True)
+        return loss, result.grad_norm

@@ -11,10 +11,12 @@ import torch.nn as nn
 
 from common import amp
 from common import checkpoint as ck
+from common import rng
 from common.hooks.base import TrainContext
 from common.hooks.checkpoint import Checkpoint, StepCheckpoint, checkpoint_hooks
+from common.partial_pretrain import load_partial_pretrain
 from common.train_state import check_train_state, new_train_state
-from vcr.task import pretrain_renames
+from vcr.modules.resnet_vlbert_for_vcr import pretrain_renames
 
 
 class Net(nn.Module):
@@ -89,6 +91,29 @@ def test_full_round_trip_weights_only(tmp_path):
     assert (mon2.best_epoch, mon2.best_val) == (0, 0.5)
     s = check_train_state(ckpt["train_state"])
     assert (s["epoch"], s["epoch_batch"], s["global_step"], s["skipped_steps"]) == (1, 6, 9, 1)
+
+
+def test_checkpointer_saves_and_resumes_every_part(tmp_path):
+    net, opt, sched = _trained()
+    scaler = amp.LossScaler("dynamic", min_loss_scale=128.)
+    scaler.scale = 256.
+    prefix = str(tmp_path / "vl")
+    saver = ck.Checkpointer(nn.DataParallel(net), opt, prefix, config="A: 1\n", scaler=scaler, lr_scheduler=sched,
+                            validation_monitor=Monitor(2, 0.75))
+    saver.save(ck.epoch_checkpoint_path(prefix, 2), new_train_state(epoch=3, global_step=12))
+    raw = ck.load_checkpoint_file(ck.epoch_checkpoint_path(prefix, 2))
+    assert list(raw) == ["state_dict", "optimizer", "validation_monitor", "amp", "lr_scheduler", "train_state", "rng",
+                         "config"]
+
+    net2, opt2, sched2 = _trained(seed=1)
+    loader = ck.Checkpointer(net2, opt2, prefix, scaler=amp.LossScaler("dynamic"), lr_scheduler=sched2,
+                             validation_monitor=Monitor())
+    cfg = types.SimpleNamespace(RESUME=False, AUTO_RESUME=True, BEGIN_EPOCH=0, END_EPOCH=5)
+    info = loader.resume(cfg)
+    assert info.restored == ["state_dict", "optimizer", "amp", "lr_scheduler", "validation_monitor", "rng"]
+    assert (info.state["epoch"], info.state["global_step"]) == (3, 12)
+    assert _equal_state(net, net2) and sched2.state_dict() == sched.state_dict()
+    assert loader.scaler.scale == 256. and loader.validation_monitor.best_val == 0.75
 
 
 def test_model_saved_fp32_from_half_model(tmp_path):
@@ -173,9 +198,9 @@ def test_not_a_checkpoint_names_file(tmp_path):
 
 
 def test_rng_round_trip():
-    state = ck.rng_state()
+    state = rng.rng_state()
     a = (random.random(), np.random.rand(), torch.rand(2), np.random.randn())
-    ck.set_rng_state(state)
+    rng.set_rng_state(state)
     b = (random.random(), np.random.rand(), torch.rand(2), np.random.randn())
     assert a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2]) and a[3] == b[3]
 
@@ -233,9 +258,11 @@ def test_resume_skips_corrupt_newest(tmp_path):
 def test_epoch_callback_frequency_and_best(tmp_path):
     prefix = str(tmp_path / "vl")
     net, opt, sched = _trained()
-    cb = Checkpoint(prefix, frequent=2, cfg="A: 1\n", validation_monitor=Monitor(best_epoch=1))
+    scaler = amp.LossScaler()
+    cb = Checkpoint(ck.Checkpointer(net, opt, prefix, config="A: 1\n", scaler=scaler, lr_scheduler=sched,
+                                    validation_monitor=Monitor(best_epoch=1)), frequent=2)
     for epoch in range(4):
-        cb.after_epoch(TrainContext(net, opt, sched, amp.LossScaler(), new_train_state(epoch=epoch + 1), epoch=epoch))
+        cb.after_epoch(TrainContext(net, opt, sched, scaler, new_train_state(epoch=epoch + 1), epoch=epoch))
     assert sorted(os.listdir(str(tmp_path))) == ["vl-0001.model", "vl-0003.model", "vl-best.model"]
     best = ck.load_checkpoint_file(ck.best_checkpoint_path(prefix))
     assert best["train_state"]["epoch"] == 2 and best["config"] == "A: 1\n"
@@ -245,8 +272,9 @@ def test_step_callback_saves_every_n_and_keeps_last(tmp_path):
     prefix = str(tmp_path / "vl")
     net, opt, sched = _trained()
     state = new_train_state(epoch=3)
-    ctx = TrainContext(net, opt, sched, amp.LossScaler(), state, epoch=3)
-    cb = StepCheckpoint(prefix, every_steps=2, keep=2)
+    scaler = amp.LossScaler()
+    ctx = TrainContext(net, opt, sched, scaler, state, epoch=3)
+    cb = StepCheckpoint(ck.Checkpointer(net, opt, prefix, scaler=scaler, lr_scheduler=sched), every_steps=2, keep=2)
     for nbatch in range(12):  # accumulation k=2: steps end at odd batches
         ctx.micro_batch, ctx.step_ended = nbatch, nbatch % 2 == 1
         state["epoch_batch"] = nbatch + 1
@@ -262,10 +290,11 @@ def test_step_callback_saves_every_n_and_keeps_last(tmp_path):
 def test_checkpoint_hooks_from_config():
     from vcr.function.config import load_config
     cfg = load_config(None, ["TRAIN.CHECKPOINT_STEPS", "50", "TRAIN.CHECKPOINT_KEEP", "3"])
-    epoch_end, step = checkpoint_hooks("out/vl", cfg)
+    checkpointer = ck.Checkpointer(Net(), None, "out/vl", config=cfg)
+    epoch_end, step = checkpoint_hooks(checkpointer, cfg)
     assert epoch_end.frequent == cfg.CHECKPOINT_FREQUENT
     assert (step.every_steps, step.keep) == (50, 3)
-    assert len(checkpoint_hooks("out/vl", load_config(None))) == 1
+    assert len(checkpoint_hooks(checkpointer, load_config(None))) == 1
 
 
 # --- partial pretrain (NETWORK.PARTIAL_PRETRAIN*) --------------------------------------------- #
@@ -328,7 +357,7 @@ def test_partial_pretrain_vcr(tmp_path, module_prefix, wrap):
     model = TinyVCR()
     init_other = model.other.weight.clone()
     target = nn.DataParallel(model) if wrap else model
-    report = ck.load_partial_pretrain(target, path, VCR_PREFIX_CHANGES, _vcr_renames(segmb_init=True, load_rel_head=True))
+    report = load_partial_pretrain(target, path, VCR_PREFIX_CHANGES, _vcr_renames(segmb_init=True, load_rel_head=True))
 
     tte = src["vlbert.token_type_embeddings.weight"].float()
     got = model.vlbert._module.token_type_embeddings.weight
@@ -353,7 +382,7 @@ def test_partial_pretrain_without_options(tmp_path):
     path, src = _pretrain_file(tmp_path)
     model = TinyVCR()
     before = model.final_mlp[1].weight.clone()
-    report = ck.load_partial_pretrain(model, path, ["module.vlbert->module.vlbert._module"])
+    report = load_partial_pretrain(model, path, ["module.vlbert->module.vlbert._module"])
     assert torch.equal(model.final_mlp[1].weight, before)
     assert torch.equal(model.vlbert._module.token_type_embeddings.weight,
                        src["vlbert.token_type_embeddings.weight"].float())
@@ -363,13 +392,13 @@ def test_partial_pretrain_without_options(tmp_path):
 def test_partial_pretrain_errors(tmp_path):
     path, _ = _pretrain_file(tmp_path)
     with pytest.raises(ValueError, match="'old_prefix->new_prefix', got 'vlbert'"):
-        ck.load_partial_pretrain(TinyVCR(), path, ["vlbert"])
+        load_partial_pretrain(TinyVCR(), path, ["vlbert"])
     with pytest.raises(ck.CheckpointError, match="SEGMB_INIT.*vlbert._module.token_type_embeddings.weight"):
-        ck.load_partial_pretrain(TinyVCR(), path, [], _vcr_renames(segmb_init=True))
+        load_partial_pretrain(TinyVCR(), path, [], _vcr_renames(segmb_init=True))
     model = TinyVCR()
     model.vlbert._module.encoder = nn.Linear(4, 5)
     with pytest.raises(ck.CheckpointError, match=r"encoder.weight has shape \(4, 4\) in the checkpoint but \(5, 4\)"):
-        ck.load_partial_pretrain(model, path, VCR_PREFIX_CHANGES)
+        load_partial_pretrain(model, path, VCR_PREFIX_CHANGES)
 
 
 # --- with the real task models (tiny sizes) ------------------------------------------------------ #
@@ -398,7 +427,7 @@ def test_reference_checkpoint_and_partial_pretrain_with_task_models(tmp_path):
     fresh = build("vcr", "base_q2a_4x16G_fp32.yaml", TINY)
     init = {k: v.clone() for k, v in fresh.state_dict().items()}
     from vcr.task import TASK
-    report = ck.load_partial_pretrain(fresh, pre_path, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES,
+    report = load_partial_pretrain(fresh, pre_path, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES,
                                       TASK.pretrain_renames(cfg))
     tte = fresh.vlbert._module.token_type_embeddings.weight
     src = pre_sd["module.vlbert.token_type_embeddings.weight"].float()

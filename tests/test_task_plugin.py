@@ -234,7 +234,7 @@ def test_unknown_task_and_duplicate_name():
 
 def test_common_imports_no_task_and_reads_no_task_key():
     """common/ imports no task package, and reads none of VCR's keys or head names (they live in
-    vcr/task.py)."""
+    vcr/)."""
     words = ("import vcr", "from vcr", "import vqa", "from vqa", "import pretrain", "from pretrain",
              "LOAD_REL_HEAD", "SEGMB_INIT", "final_mlp", "VCR_CLASSIFIER")
     hits = []

@@ -374,7 +374,7 @@ def test_logging_speedometer_and_epoch_callbacks(tmp_path):
         epoch_calls.append((ctx.epoch, ctx.state["epoch"], ctx.state["epoch_batch"], ctx.scaler.scale))
 
     _run(model, opt, _batches(6, 2), k=2, metrics=metrics, writer=writer,
-         hooks=[Speedometer(2, frequent=2, batches_per_epoch=6, epochs=1), OnEpoch(epoch_cb)])
+         hooks=[Speedometer(frequent=2, batches_per_epoch=6, epochs=1), OnEpoch(epoch_cb)])
     out = [line.split(" ", 2)[2] for line in open(log_file).read().splitlines()]  # (after the time stamp)
     assert out[0].startswith("Epoch[0] Batch [0]\tSpeed: - samples/sec ETA: - d - h - m\tTrain-MSE=")
     assert out[1].startswith("Epoch[0] Batch [2]\tSpeed: ") and " samples/s ETA: 0 d  0 h  0 m\tData: " in out[1]

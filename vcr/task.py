@@ -1,4 +1,5 @@
-"""The VCR task: what VCR adds to the shared engine (metrics, pretrain key renames, result CSV)."""
+"""The VCR task: what VCR adds to the shared engine (metrics, result CSV; the pretrain key renames sit next
+to the model, in vcr/modules/resnet_vlbert_for_vcr.py)."""
 import functools
 import os
 
@@ -11,43 +12,7 @@ from vcr.function.config import VALUE_RULES, check_config, vcr_defaults
 from vcr.function.metrics import Accuracy
 from vcr.function.test import TestProbabilities
 from vcr.modules import MODELS
-
-# Pretraining relationship head (the reference's spelling) and the VCR classifier it becomes.
-REL_HEAD = "vlbert.relationsip_head.caption_image_relationship"
-VCR_CLASSIFIER = "final_mlp.1"
-TOKEN_TYPE_EMBEDDINGS = "vlbert._module.token_type_embeddings.weight"
-
-
-def pretrain_renames(parsed, raw, source, segmb_init=False, load_rel_head=False):
-    """VCR's renames of a pretraining state dict, after the prefix changes (as the reference did).
-
-    * ``load_rel_head`` and a relationship head in the file: the VCR classifier ``final_mlp.1``
-      gets ``W[1:2] - W[0:1]`` and ``b[1:2] - b[0:1]`` of the 2-way caption-image head (the logit
-      difference of "matched" over "not matched").
-    * ``segmb_init``: row 1 of the token-type embeddings copies row 0.
-
-    Args:
-        parsed: renamed fp32 tensors; raw: the file's tensors (``module.`` removed); source: file name.
-    Returns:
-        ``parsed`` with the changes above.
-    Raises:
-        common.checkpoint.CheckpointError: ``segmb_init`` but no token-type embeddings after renaming.
-    """
-    from common.checkpoint import CheckpointError
-
-    if load_rel_head and REL_HEAD + ".weight" in raw:
-        for suffix in (".weight", ".bias"):
-            w = raw[REL_HEAD + suffix].float()
-            parsed[VCR_CLASSIFIER + suffix] = w[1:2] - w[0:1]
-    if segmb_init:
-        if TOKEN_TYPE_EMBEDDINGS not in parsed:
-            raise CheckpointError("NETWORK.PARTIAL_PRETRAIN_SEGMB_INIT: {} has no {} after the prefix changes"
-                                  .format(source, TOKEN_TYPE_EMBEDDINGS))
-        emb = parsed[TOKEN_TYPE_EMBEDDINGS].clone()
-        emb[1] = emb[0]
-        parsed[TOKEN_TYPE_EMBEDDINGS] = emb
-    return parsed
-
+from vcr.modules.resnet_vlbert_for_vcr import pretrain_renames
 
 class VCRTask(VLBertTask):
     """Visual Commonsense Reasoning: Q->A or QA->R as 4-way multiple choice (DATASET.TASK)."""

@@ -19,6 +19,8 @@ from typing import Any, Optional
 
 import torch
 
+from common.events import StepRecord
+
 
 class HookBase:
     """Base class of trainer hooks; override the points you need (all do nothing here)."""
@@ -56,11 +58,9 @@ class TrainContext:
     Per micro-batch (valid in ``after_step`` / ``after_batch``): ``epoch``; ``micro_batch`` (index
     of the micro-batch in the epoch, from 0); ``batches_per_epoch`` (len of the loader);
     ``step_ended`` (this micro-batch ended an accumulation group: an optimizer step was tried);
-    ``step_applied`` (that step was applied, not skipped for inf/nan); ``loss`` (the group's loss,
-    a 0-dim tensor, sum of the micro-batch losses each divided by the group size); ``grad_norm``
-    (total gradient norm before clipping of the last clipped step, or None); ``samples`` (samples
-    in this micro-batch, this rank); ``timings`` (seconds of this micro-batch: data, transfer,
-    forward, backward, optimizer, metric).
+    ``step_applied`` (that step was applied, not skipped for inf/nan). The figures (loss, LR, loss
+    scale, timings, samples, memory, ...) are in ``record`` (:class:`common.events.StepRecord`),
+    complete in ``after_batch``.
     """
     net: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -76,10 +76,7 @@ class TrainContext:
     batches_per_epoch: int = 0
     step_ended: bool = False
     step_applied: bool = False
-    loss: Any = None
-    grad_norm: Optional[float] = None
-    samples: int = 0
-    timings: tuple = field(default=(0.,) * 6)
+    record: StepRecord = field(default_factory=StepRecord)
 
     @property
     def is_main(self) -> bool:

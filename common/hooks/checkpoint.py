@@ -1,21 +1,21 @@
-"""Checkpoint hooks: at epoch ends and every N optimizer steps.
+"""Checkpoint hooks: at epoch ends and every N optimizer steps (detectron2's ``PeriodicCheckpointer`` role).
 
-Both run on every rank (the RNG states of all ranks are gathered into the file); only rank 0
-writes. File names and contents: :mod:`common.checkpoint`. The TensorBoard writer is flushed
-before each file is written, so the points up to a checkpoint outlive a crash after it (a resumed
-run hides the later ones, see ``purge_step`` in common/engine.py).
+The hooks decide when and under which name; what a file holds is the :class:`common.checkpoint.Checkpointer`'s.
+Both run on every rank (the RNG states of all ranks are gathered into the file); only rank 0 writes.
+The TensorBoard writer is flushed before each file is written, so the points up to a checkpoint outlive a
+crash after it (a resumed run hides the later ones, see ``purge_step`` in common/engine.py).
 """
 from common.checkpoint import (best_checkpoint_path, epoch_checkpoint_path, prune_step_checkpoints,
-                               save_checkpoint, step_checkpoint_path)
+                               step_checkpoint_path)
+from common.train_state import tried_steps
 
 from .base import HookBase
 
 
-def _save(paths, ctx, validation_monitor, cfg):
+def _save(checkpointer, paths, ctx):
     if ctx.writer is not None:
         ctx.writer.flush()
-    save_checkpoint(paths, ctx.net, ctx.optimizer, validation_monitor=validation_monitor, scaler=ctx.scaler,
-                    lr_scheduler=ctx.lr_scheduler, train_state=ctx.state, config=cfg)
+    checkpointer.save(paths, ctx.state)
 
 
 class Checkpoint(HookBase):
@@ -23,28 +23,25 @@ class Checkpoint(HookBase):
     also written to ``{prefix}-best.model`` when this epoch is the validation monitor's best.
 
     Args:
-        prefix: ``{output folder}/{MODEL_PREFIX}``.
+        checkpointer: :class:`common.checkpoint.Checkpointer` (its ``prefix``; its validation monitor's best
+            epoch picks the best file, none: no best file).
         frequent (int): save after epochs ``e`` with ``(e + 1) % frequent == 0``.
-        cfg: saved under ``config`` (CfgNode, dict or YAML text), or None.
-        validation_monitor: its state is saved and its best epoch picks the best file (None: no best).
     """
 
-    def __init__(self, prefix, frequent=1, cfg=None, validation_monitor=None):
+    def __init__(self, checkpointer, frequent=1):
         if frequent < 1:
             raise ValueError("CHECKPOINT_FREQUENT must be >= 1, got {}".format(frequent))
-        self.prefix = prefix
+        self.checkpointer = checkpointer
         self.frequent = frequent
-        self.cfg = cfg
-        self.validation_monitor = validation_monitor
 
     def after_epoch(self, ctx):
-        epoch, monitor = ctx.epoch, self.validation_monitor
+        epoch, monitor, prefix = ctx.epoch, self.checkpointer.validation_monitor, self.checkpointer.prefix
         if (epoch + 1) % self.frequent:
             return
-        paths = [epoch_checkpoint_path(self.prefix, epoch)]
+        paths = [epoch_checkpoint_path(prefix, epoch)]
         if monitor is not None and monitor.best_epoch == epoch:
-            paths.append(best_checkpoint_path(self.prefix))
-        _save(paths, ctx, monitor, self.cfg)
+            paths.append(best_checkpoint_path(prefix))
+        _save(self.checkpointer, paths, ctx)
 
 
 class StepCheckpoint(HookBase):
@@ -57,34 +54,30 @@ class StepCheckpoint(HookBase):
     ``after_step``, so the saved scheduler has taken the step.
     """
 
-    def __init__(self, prefix, every_steps, keep=2, cfg=None, validation_monitor=None):
+    def __init__(self, checkpointer, every_steps, keep=2):
         if every_steps < 1 or keep < 1:
             raise ValueError("TRAIN.CHECKPOINT_STEPS and TRAIN.CHECKPOINT_KEEP must be >= 1, got {} and {}"
                              .format(every_steps, keep))
-        self.prefix = prefix
+        self.checkpointer = checkpointer
         self.every_steps = every_steps
         self.keep = keep
-        self.cfg = cfg
-        self.validation_monitor = validation_monitor
 
     def after_batch(self, ctx):
-        state = ctx.state
-        if not ctx.step_ended or (state["global_step"] + state["skipped_steps"]) % self.every_steps:
+        state, prefix = ctx.state, self.checkpointer.prefix
+        if not ctx.step_ended or tried_steps(state) % self.every_steps:
             return
-        _save(step_checkpoint_path(self.prefix, state["epoch"], state["epoch_batch"]), ctx,
-              self.validation_monitor, self.cfg)
-        prune_step_checkpoints(self.prefix, self.keep)
+        _save(self.checkpointer, step_checkpoint_path(prefix, state["epoch"], state["epoch_batch"]), ctx)
+        prune_step_checkpoints(prefix, self.keep)
 
 
-def checkpoint_hooks(prefix, cfg, validation_monitor=None):
+def checkpoint_hooks(checkpointer, cfg):
     """The checkpoint hooks a config asks for: the epoch-end one, then the mid-epoch one when
-    TRAIN.CHECKPOINT_STEPS > 0.
+    TRAIN.CHECKPOINT_STEPS > 0, both saving through ``checkpointer``.
 
     Returns:
         list of hooks.
     """
-    hooks = [Checkpoint(prefix, cfg.CHECKPOINT_FREQUENT, cfg, validation_monitor)]
+    hooks = [Checkpoint(checkpointer, cfg.CHECKPOINT_FREQUENT)]
     if cfg.TRAIN.CHECKPOINT_STEPS > 0:
-        hooks.append(StepCheckpoint(prefix, cfg.TRAIN.CHECKPOINT_STEPS, cfg.TRAIN.CHECKPOINT_KEEP, cfg,
-                                    validation_monitor))
+        hooks.append(StepCheckpoint(checkpointer, cfg.TRAIN.CHECKPOINT_STEPS, cfg.TRAIN.CHECKPOINT_KEEP))
     return hooks

@@ -6,70 +6,52 @@ per optimizer step). Validation scalars (``Val-*``, written by the validation mo
 the index of the epoch's last micro-batch. A resumed run's writer drops the points past its
 checkpoint (``purge_step``), so each x has one point.
 """
-import resource
-import time
-
-import torch
-
 from .base import HookBase
-
-
-def peak_memory_mb(device: torch.device) -> float:
-    """Peak memory of this process in MiB: CUDA max allocated on ``device``, else peak RSS."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2 ** 20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 10  # KiB on Linux
 
 
 class TensorBoardHook(HookBase):
     """Writes ``Train-Loss``, ``Train-<metric>``, ``LR/Group_<i>``, ``Loss-Scale``,
     ``grad-para/Total-Norm`` (when clipping), ``Skipped-Steps``, ``Speed/samples_per_s`` (all ranks)
-    and ``Memory/peak_MiB``, after every ``log_frequent``-th optimizer step (applied or skipped)
-    of this run. Metrics are read on every rank (``get()`` may all-reduce).
+    and ``Memory/peak_MiB``, from the step record (:mod:`common.events`), after every
+    ``log_frequent``-th optimizer step (applied or skipped; counted over the whole run, so a resumed
+    run writes at the steps an uninterrupted one would). Metrics are read on every rank (``get()``
+    may all-reduce).
 
     Args:
         log_frequent: optimizer steps between writes (>= 1).
-        world_size: ranks whose samples the speed counts (each rank counts its own).
     Raises:
         ValueError: ``log_frequent`` < 1.
     """
 
-    def __init__(self, log_frequent=1, world_size=1):
+    def __init__(self, log_frequent=1):
         if log_frequent < 1:
             raise ValueError("log_frequent must be >= 1, got {}".format(log_frequent))
         self.log_frequent = log_frequent
-        self.world_size = world_size
-        self.attempts = 0  # optimizer steps tried in this run (applied or skipped)
-        self.samples = 0   # samples since the last write, this rank
-        self.tic = None
+        self.mark = None
 
     def before_train(self, ctx):
-        self.tic = time.perf_counter()
+        self.mark = ctx.record.mark()
 
     def after_batch(self, ctx):
-        # Here rather than in after_step: the LR hook's after_step has run, as the logged LR must.
-        self.samples += ctx.samples
-        if not ctx.step_ended:
-            return
-        self.attempts += 1
-        if self.attempts % self.log_frequent:
+        # Here rather than in after_step: the record is written after the LR hook's after_step, as the logged LR must.
+        record = ctx.record
+        if not ctx.step_ended or record.tried_steps % self.log_frequent:
             return
         values = dict(ctx.metrics.get_name_value()) if ctx.metrics is not None else {}
-        now = time.perf_counter()
-        speed = self.samples * self.world_size / max(now - self.tic, 1e-9)
-        self.samples, self.tic = 0, now
+        speed = record.samples_per_s(self.mark)
+        self.mark = record.mark()
         writer = ctx.writer
         if writer is None:
             return
         step = ctx.epoch * ctx.batches_per_epoch + ctx.micro_batch
-        writer.add_scalar("Train-Loss", float(ctx.loss), step)
+        writer.add_scalar("Train-Loss", record.loss, step)
         for name, value in values.items():
             writer.add_scalar("Train-" + name, value, step)
-        for i, group in enumerate(ctx.optimizer.param_groups):
-            writer.add_scalar("LR/Group_{}".format(i), group["lr"], step)
-        writer.add_scalar("Loss-Scale", ctx.scaler.scale, step)
-        if ctx.grad_norm is not None:
-            writer.add_scalar("grad-para/Total-Norm", ctx.grad_norm, step)
-        writer.add_scalar("Skipped-Steps", ctx.state["skipped_steps"], step)
+        for i, lr in enumerate(record.lrs):
+            writer.add_scalar("LR/Group_{}".format(i), lr, step)
+        writer.add_scalar("Loss-Scale", record.loss_scale, step)
+        if record.grad_norm is not None:
+            writer.add_scalar("grad-para/Total-Norm", record.grad_norm, step)
+        writer.add_scalar("Skipped-Steps", record.skipped_steps, step)
         writer.add_scalar("Speed/samples_per_s", speed, step)
-        writer.add_scalar("Memory/peak_MiB", peak_memory_mb(next(ctx.net.parameters()).device), step)
+        writer.add_scalar("Memory/peak_MiB", record.memory_mb, step)

@@ -14,6 +14,7 @@ from common import checkpoint as ck
 from common.engine import load_for_inference
 from common.modeling.fast_rcnn import FastRCNN
 from common.modeling.nlp.bert_loading import language_pretrained_weights, read_bert_weights
+from common.partial_pretrain import load_partial_pretrain
 from common.safe_load import UnreadableFileError, load_pickle, load_tensors
 from tests.conftest import ROOT
 from tests.faults import harness, tiny_task
@@ -98,7 +99,7 @@ def test_every_tensor_loading_path_refuses_code(kind, fmt, tmp_path, force_no_we
     paths = {
         "load_tensors": (evil, lambda: load_tensors(evil)),
         "checkpoint (resume, val.py, test.py)": (evil, lambda: ck.load_checkpoint_file(evil)),
-        "NETWORK.PARTIAL_PRETRAIN": (evil, lambda: ck.load_partial_pretrain(tiny, evil)),
+        "NETWORK.PARTIAL_PRETRAIN": (evil, lambda: load_partial_pretrain(tiny, evil)),
         "inference model": (evil, lambda: load_for_inference(tiny_task.TINY_TASK, CfgNode({"MODULE": "TinyNet"}),
                                                              evil, "cpu")),
         "NETWORK.IMAGE_PRETRAINED": (evil, lambda: FastRCNN(tiny_resnet_config(evil_prefix), final_dim=8).init_weight()),

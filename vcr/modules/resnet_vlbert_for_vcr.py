@@ -4,6 +4,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common.data.collate import TEXT_PAD
+from common.checkpoint import CheckpointError
 from common.errors import UserInputError
 from common.modeling.fast_rcnn import FastRCNN
 from common.modeling.nlp.heads import MVRCHeadTransform
@@ -170,3 +171,40 @@ class ResNetVLBERT(VLBertModule):
                           answer_align_matrix, im_info):
         logits, _, _, _, _ = self._encode(image, boxes, masks, question, answer_choices, im_info)
         return {'label_logits': logits}
+
+
+# Renames of a pretraining checkpoint for this model (NETWORK.PARTIAL_PRETRAIN; as timm's checkpoint_filter_fn,
+# they live next to the model they rename). The pretraining relationship head (the reference's spelling) and
+# the VCR classifier it becomes:
+REL_HEAD = "vlbert.relationsip_head.caption_image_relationship"
+VCR_CLASSIFIER = "final_mlp.1"
+TOKEN_TYPE_EMBEDDINGS = "vlbert._module.token_type_embeddings.weight"
+
+
+def pretrain_renames(parsed, raw, source, segmb_init=False, load_rel_head=False):
+    """VCR's renames of a pretraining state dict, after the prefix changes (as the reference did).
+
+    * ``load_rel_head`` and a relationship head in the file: the VCR classifier ``final_mlp.1``
+      gets ``W[1:2] - W[0:1]`` and ``b[1:2] - b[0:1]`` of the 2-way caption-image head (the logit
+      difference of "matched" over "not matched").
+    * ``segmb_init``: row 1 of the token-type embeddings copies row 0.
+
+    Args:
+        parsed: renamed fp32 tensors; raw: the file's tensors (``module.`` removed); source: file name.
+    Returns:
+        ``parsed`` with the changes above.
+    Raises:
+        common.checkpoint.CheckpointError: ``segmb_init`` but no token-type embeddings after renaming.
+    """
+    if load_rel_head and REL_HEAD + ".weight" in raw:
+        for suffix in (".weight", ".bias"):
+            w = raw[REL_HEAD + suffix].float()
+            parsed[VCR_CLASSIFIER + suffix] = w[1:2] - w[0:1]
+    if segmb_init:
+        if TOKEN_TYPE_EMBEDDINGS not in parsed:
+            raise CheckpointError("NETWORK.PARTIAL_PRETRAIN_SEGMB_INIT: {} has no {} after the prefix changes"
+                                  .format(source, TOKEN_TYPE_EMBEDDINGS))
+        emb = parsed[TOKEN_TYPE_EMBEDDINGS].clone()
+        emb[1] = emb[0]
+        parsed[TOKEN_TYPE_EMBEDDINGS] = emb
+    return parsed

@@ -1,0 +1,106 @@
+"""NETWORK.PARTIAL_PRETRAIN: fine-tuning from a pretraining checkpoint (the reference release's rules).
+
+The file's keys are renamed by NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES, then by the task's own renames
+(:meth:`common.task.Task.pretrain_renames`, kept next to the model they rename), and every key the model
+has is copied. Unlike a resume (:mod:`common.checkpoint`) the match is partial: the report lists what
+was loaded, what the file has that the model lacks, and what stays at its initial value.
+"""
+import logging
+from dataclasses import dataclass, field
+from typing import List
+
+from common.checkpoint import CheckpointError, load_checkpoint_file, match_key
+
+logger = logging.getLogger("vlbert.checkpoint")  # the checkpoint logger: its lines go to the run's log file
+
+
+@dataclass
+class PartialLoadReport:
+    """Keys (model names) loaded from the file, file keys with no place in the model, and model
+    keys left at their initial values."""
+    loaded: List[str] = field(default_factory=list)
+    unmatched: List[str] = field(default_factory=list)
+    not_loaded: List[str] = field(default_factory=list)
+
+
+def _strip_module(key):
+    return key[len("module."):] if key.startswith("module.") else key
+
+
+def parse_prefix_changes(prefix_changes):
+    """``["old->new", ...]`` (NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES) -> list of (old, new).
+
+    Raises:
+        ValueError: an entry without exactly one ``->``.
+    """
+    pairs = []
+    for entry in prefix_changes:
+        parts = entry.split("->")
+        if len(parts) != 2:
+            raise ValueError("NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES: expected 'old_prefix->new_prefix', "
+                             "got {!r}".format(entry))
+        pairs.append((parts[0], parts[1]))
+    return pairs
+
+
+def pretrain_state_for_finetune(state_dict, prefix_changes=(), renames=None, source="pretrain checkpoint"):
+    """Rename a pretraining state dict for a fine-tuning model, as the reference release did.
+
+    1. Each key takes the first prefix change whose old prefix it starts with (rules apply to
+       the raw keys, ``module.`` included), then loses any ``module.`` prefix.
+    2. ``renames(parsed, raw, source)``, the task's own renames (:meth:`common.task.Task.pretrain_renames`),
+       gets the renamed fp32 tensors and the file's tensors under their own names.
+
+    Args:
+        state_dict: the file's ``state_dict`` (any dtype, ``module.`` keys or not).
+        source: names the file in the task's errors.
+    Returns:
+        dict of renamed fp32/int tensors.
+    """
+    rules = parse_prefix_changes(prefix_changes)
+    parsed = {}
+    for k, v in state_dict.items():
+        for old, new in rules:
+            if k.startswith(old):
+                k = new + k[len(old):]
+                break
+        parsed[_strip_module(k)] = v.float() if v.is_floating_point() else v
+    if renames is not None:
+        parsed = renames(parsed, {_strip_module(k): v for k, v in state_dict.items()}, source)
+    return parsed
+
+
+def load_partial_pretrain(model, path, prefix_changes=(), renames=None):
+    """NETWORK.PARTIAL_PRETRAIN: copy the matching weights of a pretraining checkpoint into ``model``.
+
+    Keys are renamed by :func:`pretrain_state_for_finetune`; each one found in the model (with
+    or without ``module.``) is copied, cast to the model's dtype. The counts and lists of loaded,
+    unmatched and initial-value keys are logged (``vlbert.checkpoint``: the run's log file).
+
+    Returns:
+        PartialLoadReport.
+    Raises:
+        CheckpointError: not a checkpoint, or a matched key whose shape differs from the model's.
+    """
+    source = load_checkpoint_file(path)["state_dict"]
+    parsed = pretrain_state_for_finetune(source, prefix_changes, renames, source=path)
+    target = model.state_dict()
+    report, update = PartialLoadReport(), {}
+    for k, v in parsed.items():
+        mk = match_key(k, target)
+        if mk is None:
+            report.unmatched.append(k)
+            continue
+        if v.shape != target[mk].shape:
+            raise CheckpointError("{}: {} has shape {} in the checkpoint but {} in the model".format(
+                path, k, tuple(v.shape), tuple(target[mk].shape)))
+        update[mk] = v.to(target[mk].dtype)
+        report.loaded.append(mk)
+    report.not_loaded = [k for k in target if k not in update]
+    model.load_state_dict(update, strict=False)
+    logger.info("[Partial Load] %s: %d keys loaded, %d keys of the file not matched, %d model keys left at init",
+                path, len(report.loaded), len(report.unmatched), len(report.not_loaded))
+    logger.info("[Partial Load] loaded keys: %s", report.loaded)
+    logger.info("[Partial Load] non matched keys: %s", report.unmatched)
+    logger.info("[Partial Load] non pretrain keys (left at init): %s", report.not_loaded)
+    return report
