@@ -28,6 +28,31 @@ def soft_cross_entropy(logits, target, reduction='mean'):
     raise ValueError("reduction must be 'mean', 'sum' or 'none', got '{}'".format(reduction))
 
 
+def smoothed_soft_targets(target, smoothing):
+    """Label smoothing of unnormalised soft targets (VQA's answer scores), for a softmax cross-entropy.
+
+    ``F.cross_entropy(..., label_smoothing=e)`` mixes each target row with ``e / C`` per class, which
+    assumes rows that sum to 1: a VQA row of scores summing to ``S`` (0 for a question whose answers
+    are all outside the vocabulary, up to several for a few accepted answers) would get ``e`` of
+    uniform mass whatever ``S``, so an unlabelled row would be trained towards the uniform
+    distribution. Here each row keeps its mass: a fraction ``e`` of it is spread evenly,
+
+        smoothed = (1 - e) * target + e * S / C,      S = target.sum(1)
+
+    so a row summing to 1 gives exactly ``F.cross_entropy(logits, target, label_smoothing=e)``, a
+    row summing to 0 still adds no loss, and ``e = 0`` returns ``target`` itself.
+
+    Args:
+        target: [N, C] float, non-negative soft scores.
+        smoothing: ``TRAIN.LABEL_SMOOTHING``, in [0, 1].
+    Returns:
+        [N, C] tensor of ``target``'s dtype (``target`` when ``smoothing`` is 0).
+    """
+    if smoothing == 0.0:
+        return target
+    return target * (1.0 - smoothing) + target.sum(1, keepdim=True) * (smoothing / target.shape[1])
+
+
 def masked_lm_loss(logits, labels, norm_in_batch_first):
     """MLM cross-entropy over labelled positions (label -1 = not masked).
 

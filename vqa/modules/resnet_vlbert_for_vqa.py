@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from common.data.collate import TEXT_PAD
 from common.errors import UserInputError
+from common.losses import smoothed_soft_targets
 from common.modeling.fast_rcnn import FastRCNN
 from common.modeling.visual_linguistic_bert import VisualLinguisticBert
 from common.modeling.vlbert_module import (VLBertModule, answer_classifier, collect_obj_reps, object_linguistic_embedding,
@@ -36,7 +37,8 @@ class ResNetVLBERT(VLBertModule):
     ``train_forward(*batch) -> (outputs, loss)``, outputs: ``label_logits`` [B, A], ``label`` [B, A],
     ``ans_loss`` by ``NETWORK.ANS_LOSS_TYPE``: 'bce', binary cross-entropy with the soft scores summed over
     answers (the reference's: mean over batch and answers times A); 'ce', softmax cross-entropy against the
-    soft scores, ``-sum_a label_a * log_softmax(logits)_a``; both averaged over the batch.
+    soft scores, ``-sum_a label_a * log_softmax(logits)_a``, with ``TRAIN.LABEL_SMOOTHING`` applied by
+    :func:`common.losses.smoothed_soft_targets` (a row's mass is kept); both averaged over the batch.
     ``inference_forward(image, boxes, im_info, question) -> {'label_logits'}``.
     """
 
@@ -112,7 +114,8 @@ class ResNetVLBERT(VLBertModule):
         logits = self._logits(image, boxes, im_info, question)
         target = label.to(logits.dtype)
         if self.cfg.NETWORK.ANS_LOSS_TYPE == 'ce':
-            ans_loss = F.cross_entropy(logits, target)  # class-probability targets: -sum(target * log_softmax)
+            # class-probability targets: -sum(target * log_softmax), smoothed keeping each row's mass
+            ans_loss = F.cross_entropy(logits, smoothed_soft_targets(target, self.cfg.TRAIN.LABEL_SMOOTHING))
         else:
             # Reference scaling: mean over batch and answers, times the number of answers.
             ans_loss = F.binary_cross_entropy_with_logits(logits, target) * label.shape[1]
