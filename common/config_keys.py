@@ -178,6 +178,7 @@ SHARED_STATUS = {
     "TRAIN.LR_MIN": DONE,
     # Each task says whether its loss is a softmax cross-entropy that the key smooths.
     "TRAIN.LABEL_SMOOTHING": TASK,
+    "TRAIN.OPTIM_STATE_DTYPE": DONE,
     "TRAIN.LR_FACTOR": DONE,
     "TRAIN.LR_STEP": DONE,
     "TRAIN.WARMUP": DONE,

@@ -35,6 +35,7 @@ CASES = [
     (VCR, CFG, "TRAIN.CHECKPOINT_KEEP", "0", "an int >= 1, got 0"),
     (VCR, CFG, "TRAIN.LR_MIN", "1e-4", "a number in [0, TRAIN.LR (7e-05)], got 0.0001"),
     (VCR, CFG, "TRAIN.LABEL_SMOOTHING", "1.5", "a number in [0, 1], got 1.5"),
+    (VCR, CFG, "TRAIN.OPTIM_STATE_DTYPE", "float16", "one of float32, bfloat16, got 'float16'"),
     (VCR, CFG, "NUM_WORKERS_PER_GPU", "-2", "an int >= 0, got -2"),
     (VCR, CFG, "NETWORK.IMAGE_NUM_LAYERS", "42", "one of 18, 34, 50, 101, 152, got 42"),
     (VCR, CFG, "NETWORK.VLBERT.hidden_dropout_prob", "-0.1", "a number in [0, 1], got -0.1"),

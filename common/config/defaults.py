@@ -241,6 +241,9 @@ def common_defaults():
     # (new) Label smoothing of softmax cross-entropy answer losses (VCR; VQA with ANS_LOSS_TYPE 'ce'),
     # in [0, 1]; a task without such a loss refuses a non-zero value. 0 = off (the reference's loss).
     _C.TRAIN.LABEL_SMOOTHING = 0.0
+    # (new) Storage dtype of the Adam/AdamW moments: 'float32' or 'bfloat16' (half the state memory;
+    # the update math and the weights stay fp32). SGD refuses 'bfloat16'.
+    _C.TRAIN.OPTIM_STATE_DTYPE = 'float32'
     # Weight decay and SGD momentum.
     _C.TRAIN.WD = 0.0001
     _C.TRAIN.MOMENTUM = 0.9
