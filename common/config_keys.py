@@ -19,7 +19,7 @@ The entry points (``common.engine.train_net``, ``load_for_inference``) call the 
 ``check_config(cfg)`` before anything else.
 """
 import logging
-from typing import NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 from yacs.config import CfgNode
 
@@ -29,10 +29,12 @@ IMPLEMENTED, WARNED, REFUSED = "implemented", "warned", "refused"
 
 
 class Status(NamedTuple):
-    """Status of one key: ``kind`` is IMPLEMENTED, WARNED or REFUSED;
-    ``reason`` is the sentence a warning or an error quotes."""
+    """Status of one key: ``kind`` is IMPLEMENTED, WARNED or REFUSED; ``reason`` is the sentence a
+    warning or an error quotes; ``refuse_if`` (IMPLEMENTED keys only, see :func:`refused_if`):
+    ``refuse_if(cfg) -> bool``, True when other keys make the key inapplicable."""
     kind: str
     reason: str = ""
+    refuse_if: Optional[Callable] = None
 
 
 DONE = Status(IMPLEMENTED)
@@ -46,6 +48,12 @@ def warned(reason):
 def refused(reason):
     """Status of a key whose non-default values stop the run; ``reason`` says why."""
     return Status(REFUSED, reason)
+
+
+def refused_if(condition, reason):
+    """Status of a key acted on unless ``condition(cfg)`` holds (another key makes it inapplicable):
+    then a non-default value stops the run like a REFUSED key, quoting ``reason``."""
+    return Status(IMPLEMENTED, reason, condition)
 
 
 logger = logging.getLogger("vlbert.config")
@@ -92,6 +100,10 @@ SHARED_STATUS = {
     "TRAIN.GRAD_ACCUMULATE_STEPS": DONE,
     "TRAIN.LR": DONE,
     "TRAIN.LR_SCHEDULE": DONE,
+    "TRAIN.LR_MIN": DONE,
+    # Each task says whether its loss is a softmax cross-entropy that the key smooths.
+    "TRAIN.LABEL_SMOOTHING": DONE,
+    "TRAIN.OPTIM_STATE_DTYPE": DONE,
     "TRAIN.LR_FACTOR": DONE,
     "TRAIN.LR_STEP": DONE,
     "TRAIN.WARMUP": DONE,
@@ -178,7 +190,8 @@ def check_config(cfg, defaults, status, source="config"):
         one ``warning: <source>: <key> = <value>: <reason>; the value is ignored`` line per WARNED
         key whose value differs from the default.
     Raises:
-        ConfigError: REFUSED keys set to non-default values (all of them, in one message).
+        ConfigError: REFUSED keys set to non-default values, and :func:`refused_if` keys set to
+            non-default values while their condition holds (all of them, in one message).
         KeyError: a key of ``cfg`` has no status (a defaults key added without one).
     """
     default_values = dict(leaf_keys(defaults))
@@ -187,7 +200,9 @@ def check_config(cfg, defaults, status, source="config"):
         entry = status.get(key)
         if entry is None:
             raise KeyError("config key {} has no status in the task's KEY_STATUS table".format(key))
-        if entry.kind == IMPLEMENTED or _plain(value) == _plain(default_values[key]):
+        if _plain(value) == _plain(default_values[key]):
+            continue
+        if entry.kind == IMPLEMENTED and (entry.refuse_if is None or not entry.refuse_if(cfg)):
             continue
         message = "{}: {} = {!r}: {}".format(source, key, value, entry.reason)
         if entry.kind == WARNED:

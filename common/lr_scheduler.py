@@ -1,4 +1,4 @@
-"""LR schedules from ``TRAIN.*``: ``step`` and ``triangle`` with warmup, and ``plateau``.
+"""LR schedules from ``TRAIN.*``: ``step``, ``triangle`` and ``cosine`` with warmup, and ``plateau``.
 
 Schedules count optimizer updates. The trainer runs ``ceil(batches / GRAD_ACCUMULATE_STEPS)``
 updates per epoch (a last short group is stepped too), so epoch boundaries in the config
@@ -14,13 +14,33 @@ from bisect import bisect_right
 import torch
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
-SCHEDULES = ("step", "triangle", "plateau")
+SCHEDULES = ("step", "triangle", "cosine", "plateau")
 WARMUP_METHODS = ("constant", "linear")
 
 
 def updates_per_epoch(batches_per_epoch: int, grad_accumulate_steps: int) -> int:
     """Optimizer updates the trainer makes in an epoch of ``batches_per_epoch`` micro-batches."""
     return math.ceil(batches_per_epoch / grad_accumulate_steps)
+
+
+def _check_warmup_method(method):
+    if method not in WARMUP_METHODS:
+        raise ValueError("TRAIN.WARMUP_METHOD: expected one of {}, got {!r}".format(WARMUP_METHODS, method))
+
+
+def warmup_multiplier(step: int, warmup_iters: int, warmup_factor: float, method: str) -> float:
+    """The warmup term ``w(s)`` of the 'step' and 'cosine' schedules (``TRAIN.WARMUP_*``):
+
+        w(s) = warmup_factor                                                'constant', s < warmup_iters
+             = warmup_factor * (1 - s / warmup_iters) + s / warmup_iters     'linear', s < warmup_iters
+             = 1                                                            otherwise
+    """
+    if step >= warmup_iters:
+        return 1.0
+    if method == "constant":
+        return warmup_factor
+    alpha = step / warmup_iters
+    return warmup_factor * (1 - alpha) + alpha
 
 
 class _ClosedFormLR(LRScheduler):
@@ -37,10 +57,7 @@ class _ClosedFormLR(LRScheduler):
 class WarmupMultiStepLR(_ClosedFormLR):
     """Warmup, then the LR times ``gamma`` at each milestone (maskrcnn-benchmark's schedule):
 
-        factor(s) = w(s) * gamma ** (number of milestones <= s)
-        w(s) = warmup_factor                                    'constant', s < warmup_iters
-             = warmup_factor * (1 - s / warmup_iters) + s / warmup_iters   'linear', s < warmup_iters
-             = 1                                                otherwise
+        factor(s) = w(s) * gamma ** (number of milestones <= s)      (w: :func:`warmup_multiplier`)
 
     Args:
         milestones: increasing optimizer-step indices.
@@ -56,8 +73,7 @@ class WarmupMultiStepLR(_ClosedFormLR):
         milestones = list(milestones)
         if milestones != sorted(milestones):
             raise ValueError("TRAIN.LR_STEP must be increasing, got milestones {}".format(milestones))
-        if warmup_method not in WARMUP_METHODS:
-            raise ValueError("TRAIN.WARMUP_METHOD: expected one of {}, got {!r}".format(WARMUP_METHODS, warmup_method))
+        _check_warmup_method(warmup_method)
         self.milestones = milestones
         self.gamma = gamma
         self.warmup_factor = warmup_factor
@@ -66,14 +82,8 @@ class WarmupMultiStepLR(_ClosedFormLR):
         super().__init__(optimizer, last_epoch)
 
     def factor(self, step):
-        warmup = 1.0
-        if step < self.warmup_iters:
-            if self.warmup_method == "constant":
-                warmup = self.warmup_factor
-            else:
-                alpha = step / self.warmup_iters
-                warmup = self.warmup_factor * (1 - alpha) + alpha
-        return warmup * self.gamma ** bisect_right(self.milestones, step)
+        return (warmup_multiplier(step, self.warmup_iters, self.warmup_factor, self.warmup_method)
+                * self.gamma ** bisect_right(self.milestones, step))
 
 
 class WarmupLinearLR(_ClosedFormLR):
@@ -94,6 +104,43 @@ class WarmupLinearLR(_ClosedFormLR):
         return max(0.0, (self.total_steps - step) / max(1, self.total_steps - self.warmup_steps))
 
 
+class WarmupCosineLR(_ClosedFormLR):
+    """Warmup, then a half cosine from the base LR down to ``min_factor`` x the base LR, reached at
+    the last update ``total_steps - 1`` (timm's ``CosineLRScheduler`` without restarts, in steps):
+
+        factor(s) = w(s)                                              s < warmup_iters  (:func:`warmup_multiplier`)
+                  = m + (1 - m) * (1 + cos(pi * p)) / 2               otherwise, m = min_factor,
+        p = min(1, (s - warmup_iters) / max(1, total_steps - 1 - warmup_iters))
+
+    A warmup as long as the run leaves the LR at the warmup's values; updates past ``total_steps - 1``
+    keep ``m``.
+
+    Args:
+        total_steps: optimizer updates of the whole run (``END_EPOCH x updates_per_epoch``).
+        min_factor: final LR / base LR, in [0, 1] (``TRAIN.LR_MIN / TRAIN.LR``).
+        last_epoch: as :class:`WarmupMultiStepLR`.
+
+    Raises:
+        ValueError: unknown warmup method.
+    """
+
+    def __init__(self, optimizer, total_steps, min_factor=0.0, warmup_factor=1.0 / 3, warmup_iters=500,
+                 warmup_method="linear", last_epoch=-1):
+        _check_warmup_method(warmup_method)
+        self.total_steps = total_steps
+        self.min_factor = min_factor
+        self.warmup_factor = warmup_factor
+        self.warmup_iters = warmup_iters
+        self.warmup_method = warmup_method
+        super().__init__(optimizer, last_epoch)
+
+    def factor(self, step):
+        if step < self.warmup_iters:
+            return warmup_multiplier(step, self.warmup_iters, self.warmup_factor, self.warmup_method)
+        progress = min(1.0, (step - self.warmup_iters) / max(1, self.total_steps - 1 - self.warmup_iters))
+        return self.min_factor + (1.0 - self.min_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, batches_per_epoch: int, begin_step: int = None):
     """The schedule ``TRAIN.LR_SCHEDULE`` names, positioned at ``begin_step``.
 
@@ -105,11 +152,15 @@ def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, batches_per_epoch:
     Returns:
         ``WarmupMultiStepLR`` ('step': milestones ``int(e x updates_per_epoch)`` for e in LR_STEP,
         warmup WARMUP_STEPS if WARMUP), ``WarmupLinearLR`` ('triangle': warmup WARMUP_STEPS if
-        WARMUP, zero at END_EPOCH) or ``ReduceLROnPlateau`` ('plateau': the reference's settings,
-        mode max, factor LR_FACTOR, patience 1, cooldown 2, rel. threshold 1e-4).
+        WARMUP, zero at END_EPOCH), ``WarmupCosineLR`` ('cosine': warmup as 'step', then cosine to
+        ``LR_MIN / LR`` x each group's base LR at the last update of END_EPOCH; LR_MIN is a per-sample
+        LR like LR, so the default group ends at LR_MIN x images per step and LR_MULT ratios hold) or
+        ``ReduceLROnPlateau`` ('plateau': the reference's settings, mode max, factor LR_FACTOR,
+        patience 1, cooldown 2, rel. threshold 1e-4).
 
     Raises:
-        ValueError: unknown ``TRAIN.LR_SCHEDULE`` / ``WARMUP_METHOD``, decreasing ``LR_STEP``.
+        ValueError: unknown ``TRAIN.LR_SCHEDULE`` / ``WARMUP_METHOD``, decreasing ``LR_STEP``,
+            ``LR_MIN`` above ``LR``, or a non-zero ``LR_MIN`` with a schedule other than 'cosine'.
     """
     train = cfg.TRAIN
     per_epoch = updates_per_epoch(batches_per_epoch, train.GRAD_ACCUMULATE_STEPS)
@@ -118,12 +169,22 @@ def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, batches_per_epoch:
     for group in optimizer.param_groups:
         group.setdefault("initial_lr", group["lr"])
     warmup_steps = train.WARMUP_STEPS if train.WARMUP else 0
+    if train.LR_MIN != 0.0 and train.LR_SCHEDULE != "cosine":
+        raise ValueError("TRAIN.LR_MIN = {} applies to TRAIN.LR_SCHEDULE 'cosine' only, got {!r}".format(
+            train.LR_MIN, train.LR_SCHEDULE))
     if train.LR_SCHEDULE == "plateau":
         return ReduceLROnPlateau(optimizer, mode="max", factor=train.LR_FACTOR, patience=1, threshold=1e-4,
                                  threshold_mode="rel", cooldown=2, min_lr=0, eps=1e-8)
     if train.LR_SCHEDULE == "triangle":
         return WarmupLinearLR(optimizer, warmup_steps, total_steps=int(train.END_EPOCH * per_epoch),
                               last_epoch=begin_step - 1)
+    if train.LR_SCHEDULE == "cosine":
+        if train.LR_MIN > train.LR:
+            raise ValueError("TRAIN.LR_MIN: expected a number in [0, TRAIN.LR ({})], got {}".format(train.LR, train.LR_MIN))
+        return WarmupCosineLR(optimizer, total_steps=int(train.END_EPOCH * per_epoch),
+                              min_factor=train.LR_MIN / train.LR if train.LR > 0 else 0.0,
+                              warmup_factor=train.WARMUP_FACTOR, warmup_iters=warmup_steps,
+                              warmup_method=train.WARMUP_METHOD, last_epoch=begin_step - 1)
     if train.LR_SCHEDULE == "step":
         return WarmupMultiStepLR(optimizer, [int(e * per_epoch) for e in train.LR_STEP], gamma=train.LR_FACTOR,
                                  warmup_factor=train.WARMUP_FACTOR, warmup_iters=warmup_steps,

@@ -5,6 +5,9 @@ from typing import List
 import torch
 
 OPTIMIZERS = ("SGD", "Adam", "AdamW")
+STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# Elements of bf16-stored moments given fp32 working copies at a time in a step (2 x 64 MiB of copies).
+STATE_CHUNK_NUMEL = 1 << 24
 
 
 def images_per_step(cfg, world_size: int) -> int:
@@ -85,6 +88,13 @@ class BertAdamW(torch.optim.Optimizer):
     weights before the Adam update. State keys (``step`` int, ``exp_avg``, ``exp_avg_sq``) equal
     the reference's, so its optimizer checkpoints load.
 
+    ``state_dtype=torch.bfloat16`` stores ``exp_avg`` / ``exp_avg_sq`` in bf16 (half the state memory,
+    the idea of optax's ``accumulator_dtype`` / ``mu_dtype``): each step reads them into fp32 working
+    copies (:data:`STATE_CHUNK_NUMEL` elements at a time), runs the same fp32 update on the fp32
+    weights and rounds the new moments back to bf16 (to nearest). The weights are never rounded, so
+    an update far below a weight's bf16 spacing still moves it. ``torch.float32`` (the default) is the
+    update above, unchanged.
+
     ``foreach=True`` updates all tensors of a group with a few multi-tensor kernels; ``foreach=False``
     runs the reference's loop of per-tensor ops (one parameter at a time, the decay as
     ``p += -lr * wd * p``). Both give the same update to ~1e-7 relative. ``foreach=None`` (the
@@ -93,17 +103,30 @@ class BertAdamW(torch.optim.Optimizer):
     ``bench/adamw_step.py``). The loop is also the reference-equivalent path of ``bench/throughput.py``.
 
     Raises:
-        ValueError: negative lr/eps or betas outside [0, 1).
+        ValueError: negative lr/eps, betas outside [0, 1), a state dtype other than fp32 / bf16.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, correct_bias=True,
-                 foreach=None):
+                 foreach=None, state_dtype=torch.float32):
         if lr < 0.0 or eps < 0.0 or not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
             raise ValueError("AdamW: need lr >= 0, eps >= 0, 0 <= betas < 1; got lr={}, eps={}, betas={}"
                              .format(lr, eps, betas))
+        if state_dtype not in STATE_DTYPES.values():
+            raise ValueError("TRAIN.OPTIM_STATE_DTYPE: expected torch.float32 or torch.bfloat16, got {}".format(state_dtype))
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                       correct_bias=correct_bias))
         self.foreach = foreach
+        self.state_dtype = state_dtype
+
+    def load_state_dict(self, state_dict):
+        """As ``torch.optim.Optimizer.load_state_dict``, which casts the loaded moments to the
+        parameters' dtype (fp32); they go back to ``state_dtype`` (bf16 -> fp32 -> bf16 is exact, so a
+        bf16 checkpoint resumes bit for bit; an fp32 checkpoint loaded into bf16 state is rounded once)."""
+        super().load_state_dict(state_dict)
+        for state in self.state.values():
+            for key in ("exp_avg", "exp_avg_sq"):
+                if key in state:
+                    state[key] = state[key].to(self.state_dtype)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -122,8 +145,9 @@ class BertAdamW(torch.optim.Optimizer):
                 state = self.state[p]
                 if not state:
                     state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg"] = torch.zeros_like(p, dtype=self.state_dtype, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=self.state_dtype,
+                                                           memory_format=torch.preserve_format)
                 state["step"] += 1
                 step_size = group["lr"]
                 if group["correct_bias"]:
@@ -135,19 +159,46 @@ class BertAdamW(torch.optim.Optimizer):
                 step_sizes.append(-step_size)
             if not params:
                 continue
-            if not (params[0].is_cuda if self.foreach is None else self.foreach):
-                _plain_update(params, grads, exp_avgs, exp_avg_sqs, step_sizes, group)
+            update = _foreach_update if (params[0].is_cuda if self.foreach is None else self.foreach) else _plain_update
+            if exp_avgs[0].dtype == torch.float32:
+                update(params, grads, exp_avgs, exp_avg_sqs, step_sizes, group)
                 continue
-            torch._foreach_mul_(exp_avgs, beta1)
-            torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
-            torch._foreach_mul_(exp_avg_sqs, beta2)
-            torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
-            denom = torch._foreach_sqrt(exp_avg_sqs)
-            torch._foreach_add_(denom, group["eps"])
-            torch._foreach_addcdiv_(params, exp_avgs, denom, step_sizes)
-            if group["weight_decay"] > 0.0:
-                torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
+            for chunk in _chunks(params, STATE_CHUNK_NUMEL):
+                work_avgs = [exp_avgs[i].float() for i in chunk]
+                work_sqs = [exp_avg_sqs[i].float() for i in chunk]
+                update([params[i] for i in chunk], [grads[i] for i in chunk], work_avgs, work_sqs,
+                       [step_sizes[i] for i in chunk], group)
+                torch._foreach_copy_([exp_avgs[i] for i in chunk], work_avgs)
+                torch._foreach_copy_([exp_avg_sqs[i] for i in chunk], work_sqs)
         return loss
+
+
+def _chunks(tensors, max_numel):
+    """Index lists splitting ``tensors`` in order into runs of at most ``max_numel`` elements
+    (a tensor larger than that is a run of its own)."""
+    chunk, numel = [], 0
+    for i, t in enumerate(tensors):
+        if chunk and numel + t.numel() > max_numel:
+            yield chunk
+            chunk, numel = [], 0
+        chunk.append(i)
+        numel += t.numel()
+    if chunk:
+        yield chunk
+
+
+def _foreach_update(params, grads, exp_avgs, exp_avg_sqs, step_sizes, group):
+    """BertAdamW's update of a group with multi-tensor kernels (``foreach=True``)."""
+    beta1, beta2 = group["betas"]
+    torch._foreach_mul_(exp_avgs, beta1)
+    torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+    denom = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_add_(denom, group["eps"])
+    torch._foreach_addcdiv_(params, exp_avgs, denom, step_sizes)
+    if group["weight_decay"] > 0.0:
+        torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
 
 
 def _plain_update(params, grads, exp_avgs, exp_avg_sqs, step_sizes, group):
@@ -167,16 +218,24 @@ def build_optimizer(cfg, model: torch.nn.Module, world_size: int = 1) -> torch.o
     Base LR = ``TRAIN.LR x images_per_step(cfg, world_size)``; visual-scale groups
     (:func:`visual_scale_groups`), then ``TRAIN.LR_MULT`` groups;
     ``SGD`` (MOMENTUM, WD), ``Adam`` (WD as L2, torch defaults otherwise) or ``AdamW``
-    (:class:`BertAdamW`: betas (0.9, 0.999), eps 1e-6, WD, bias correction).
+    (:class:`BertAdamW`: betas (0.9, 0.999), eps 1e-6, WD, bias correction, moments stored in
+    ``TRAIN.OPTIM_STATE_DTYPE``).
 
     Args:
         model: the model (DDP-wrapped or not: names are matched by substring).
         world_size: number of training processes.
 
     Raises:
-        ValueError: unknown ``TRAIN.OPTIMIZER`` or bad ``TRAIN.LR_MULT``.
+        ValueError: unknown ``TRAIN.OPTIMIZER`` or ``TRAIN.OPTIM_STATE_DTYPE``, bad ``TRAIN.LR_MULT``,
+            ``OPTIM_STATE_DTYPE`` 'bfloat16' with an optimizer other than AdamW.
     """
     train = cfg.TRAIN
+    if train.OPTIM_STATE_DTYPE not in STATE_DTYPES:
+        raise ValueError("TRAIN.OPTIM_STATE_DTYPE: expected one of {}, got {!r}".format(
+            ", ".join(STATE_DTYPES), train.OPTIM_STATE_DTYPE))
+    if train.OPTIM_STATE_DTYPE != "float32" and train.OPTIMIZER != "AdamW":
+        raise ValueError("TRAIN.OPTIM_STATE_DTYPE {!r} is implemented for TRAIN.OPTIMIZER 'AdamW' only, got {!r}"
+                         .format(train.OPTIM_STATE_DTYPE, train.OPTIMIZER))
     base_lr = train.LR * images_per_step(cfg, world_size)
     groups = param_groups(model, train.LR_MULT, base_lr, first=visual_scale_groups(model, train, base_lr))
     if train.OPTIMIZER == "SGD":
@@ -184,5 +243,6 @@ def build_optimizer(cfg, model: torch.nn.Module, world_size: int = 1) -> torch.o
     if train.OPTIMIZER == "Adam":
         return torch.optim.Adam(groups, lr=base_lr, weight_decay=train.WD)
     if train.OPTIMIZER == "AdamW":
-        return BertAdamW(groups, lr=base_lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=train.WD, correct_bias=True)
+        return BertAdamW(groups, lr=base_lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=train.WD, correct_bias=True,
+                         state_dtype=STATE_DTYPES[train.OPTIM_STATE_DTYPE])
     raise ValueError("TRAIN.OPTIMIZER: expected one of {}, got {!r}".format(OPTIMIZERS, train.OPTIMIZER))

@@ -135,3 +135,94 @@ def test_bert_adamw_default_uses_the_per_tensor_loop_on_cpu(monkeypatch):
     assert calls == [1]  # CPU parameters: the loop (multi-tensor kernels are slower there)
     BertAdamW([p], lr=1e-2, foreach=True).step()
     assert calls == [1] and not torch.equal(p.detach(), before)  # forced multi-tensor path updates in place
+
+
+# ---------------------------------------------------------------- TRAIN.OPTIM_STATE_DTYPE 'bfloat16'
+
+def _adamw_run(state_dtype, foreach, steps=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    params = [torch.nn.Parameter(torch.randn(64, 32, generator=g)), torch.nn.Parameter(torch.randn(32, generator=g))]
+    opt = BertAdamW(params, lr=1e-2, weight_decay=0.05, foreach=foreach, state_dtype=state_dtype)
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g)
+        opt.step()
+    return params, opt
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_bf16_state_is_stored_in_bf16_and_updates_stay_close_to_fp32_state(foreach):
+    ours, opt = _adamw_run(torch.bfloat16, foreach)
+    ref, ref_opt = _adamw_run(torch.float32, foreach)
+    for p in ours:
+        state = opt.state[p]
+        assert (state["exp_avg"].dtype, state["exp_avg_sq"].dtype, p.dtype) == (torch.bfloat16, torch.bfloat16,
+                                                                                torch.float32)
+    for p, r, p0 in zip(ours, ref, _adamw_run(torch.float32, foreach, steps=0)[0]):
+        moved = (r - p0).abs()
+        # 5 steps of lr 1e-2 move each weight by up to 5e-2; bf16 moments change that by < 1% of the move
+        assert (p - r).abs().max() <= 0.01 * moved.max() and not torch.equal(p, r)
+    for p, r in zip(ours, ref):  # moments within a few bf16 roundings (2**-8 relative each) of the fp32 ones
+        for key in ("exp_avg", "exp_avg_sq"):
+            m, m_ref = opt.state[p][key].float(), ref_opt.state[r][key]
+            assert (m - m_ref).abs().max() <= 0.02 * m_ref.abs().max()
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_bf16_state_a_tiny_update_still_moves_the_fp32_weight(foreach):
+    w = torch.nn.Parameter(torch.full((4,), 1.0))
+    opt = BertAdamW([w], lr=1e-6, foreach=foreach, state_dtype=torch.bfloat16)
+    w.grad = torch.ones(4)
+    opt.step()
+    # the first Adam step moves by lr = 1e-6: 1/128 of bf16's spacing at 1.0 (2**-7), fp32 keeps it
+    assert w.dtype == torch.float32
+    assert torch.allclose(w.detach(), torch.full((4,), 1.0 - 1e-6), rtol=0, atol=1e-9)
+    assert (w.detach() < 1.0).all()
+
+
+def test_bf16_state_checkpoint_round_trip_resumes_bit_for_bit():
+    params, opt = _adamw_run(torch.bfloat16, foreach=False, steps=3)
+    saved = torch.load(_save(opt.state_dict()), weights_only=True)
+    assert saved["state"][0]["exp_avg"].dtype == torch.bfloat16
+    clones = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    resumed = BertAdamW(clones, lr=1e-2, weight_decay=0.05, foreach=False, state_dtype=torch.bfloat16)
+    resumed.load_state_dict(saved)
+    assert all(resumed.state[p][k].dtype == torch.bfloat16 for p in clones for k in ("exp_avg", "exp_avg_sq"))
+    g = torch.Generator().manual_seed(7)
+    for p, c in zip(params, clones):
+        p.grad = torch.randn(p.shape, generator=g)
+        c.grad = p.grad.clone()
+    opt.step()
+    resumed.step()
+    assert all(torch.equal(p, c) for p, c in zip(params, clones))
+    assert all(torch.equal(opt.state[p]["exp_avg_sq"], resumed.state[c]["exp_avg_sq"]) for p, c in zip(params, clones))
+
+
+def _save(obj):
+    import io
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    return buffer
+
+
+def test_bf16_state_chunks_match_one_chunk(monkeypatch):
+    import common.optim as optim
+    one, _ = _adamw_run(torch.bfloat16, foreach=True)
+    monkeypatch.setattr(optim, "STATE_CHUNK_NUMEL", 100)  # each tensor its own chunk
+    many, _ = _adamw_run(torch.bfloat16, foreach=True)
+    assert all(torch.equal(a, b) for a, b in zip(one, many))
+    assert [list(c) for c in optim._chunks([torch.ones(3), torch.ones(3), torch.ones(5), torch.ones(1)], 6)] == \
+        [[0, 1], [2, 3]]
+
+
+def test_build_optimizer_state_dtype():
+    model = Net()
+    opt = build_optimizer(_cfg(OPTIMIZER="AdamW", OPTIM_STATE_DTYPE="bfloat16"), model)
+    assert opt.state_dtype == torch.bfloat16
+    assert build_optimizer(_cfg(OPTIMIZER="AdamW"), model).state_dtype == torch.float32
+    with pytest.raises(ValueError, match="TRAIN.OPTIM_STATE_DTYPE 'bfloat16' is implemented for TRAIN.OPTIMIZER "
+                                         "'AdamW' only, got 'SGD'"):
+        build_optimizer(_cfg(OPTIMIZER="SGD", OPTIM_STATE_DTYPE="bfloat16"), model)
+    with pytest.raises(ValueError, match="TRAIN.OPTIM_STATE_DTYPE: expected one of float32, bfloat16, got 'fp8'"):
+        build_optimizer(_cfg(OPTIMIZER="AdamW", OPTIM_STATE_DTYPE="fp8"), model)

@@ -98,8 +98,11 @@ def common_defaults():
     _C.TRAIN.GRAD_ACCUMULATE_STEPS = 1
     # LR per sample: the optimizer's LR is LR x images per step over all GPUs.
     _C.TRAIN.LR = 0.1
-    # 'step', 'triangle' or 'plateau'.
+    # 'step', 'triangle', 'cosine' (new) or 'plateau'.
     _C.TRAIN.LR_SCHEDULE = 'step'
+    # (new) 'cosine': LR per sample (like LR) reached at the last optimizer step of END_EPOCH; each
+    # param group ends at LR_MIN / LR of its base LR. Must be 0 with the other schedules.
+    _C.TRAIN.LR_MIN = 0.0
     # 'step': LR multiplied by LR_FACTOR at each epoch of LR_STEP ("14,18" in YAML).
     _C.TRAIN.LR_FACTOR = 0.1
     _C.TRAIN.LR_STEP = ()
@@ -108,6 +111,12 @@ def common_defaults():
     _C.TRAIN.WARMUP_METHOD = 'linear'
     _C.TRAIN.WARMUP_FACTOR = 1.0 / 3
     _C.TRAIN.WARMUP_STEPS = 1000
+    # (new) Label smoothing of softmax cross-entropy answer losses (VCR; VQA with ANS_LOSS_TYPE 'ce'),
+    # in [0, 1]; a task without such a loss refuses a non-zero value. 0 = off (the reference's loss).
+    _C.TRAIN.LABEL_SMOOTHING = 0.0
+    # (new) Storage dtype of the Adam/AdamW moments: 'float32' or 'bfloat16' (half the state memory;
+    # the update math and the weights stay fp32). SGD refuses 'bfloat16'.
+    _C.TRAIN.OPTIM_STATE_DTYPE = 'float32'
     # Weight decay and SGD momentum.
     _C.TRAIN.WD = 0.0001
     _C.TRAIN.MOMENTUM = 0.9

@@ -82,6 +82,11 @@ SHARED_RULES = {
     "TRAIN.LR": number_at_least(0),
     "TRAIN.LR_FACTOR": number_above(0),
     "TRAIN.LR_STEP": number_at_least(0),
+    # (a negative LR is TRAIN.LR's error alone)
+    "TRAIN.LR_MIN": Rule(lambda v, get: 0 <= v <= max(get("TRAIN.LR"), 0),
+                         lambda get: "a number in [0, TRAIN.LR ({})]".format(get("TRAIN.LR")), ("TRAIN.LR",)),
+    "TRAIN.LABEL_SMOOTHING": PROBABILITY,
+    "TRAIN.OPTIM_STATE_DTYPE": one_of("float32", "bfloat16"),
     "TRAIN.WARMUP_FACTOR": number_in(0, 1),
     "TRAIN.WARMUP_STEPS": int_at_least(0),
     "TRAIN.WD": number_at_least(0),

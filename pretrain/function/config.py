@@ -88,6 +88,9 @@ KEY_STATUS = task_key_status(pretrain_defaults(), dict(
         "NETWORK.CLASSIFIER_DROPOUT": warned(_NO_CLASSIFIER),
         "NETWORK.CLASSIFIER_SIGMOID": warned(_NO_CLASSIFIER),
         "NETWORK.CLASSIFIER_SIGMOID_LOSS_POSITIVE_WEIGHT": warned(_NO_CLASSIFIER),
+        "TRAIN.LABEL_SMOOTHING": refused("the pretraining losses (masked language / region modelling, "
+                                         "relationship) are not smoothed here; label smoothing applies to the "
+                                         "answer losses of VCR and VQA ('ce')"),
         "NETWORK.VLBERT.from_scratch": DONE,
         "NETWORK.VLBERT.pos_embedding_frozen": DONE,
         "NETWORK.VLBERT.visual_region_classes": DONE,

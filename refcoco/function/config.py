@@ -89,6 +89,8 @@ KEY_STATUS = task_key_status(refcoco_defaults(), {
     "NETWORK.ANS_LOSS_TYPE": warned(_VQA_KEY),
     "NETWORK.REPLACE_OBJECT_CHANGE_LABEL": warned(_VQA_KEY),
     "TRAIN.LOSS_LOGGERS": DONE,
+    "TRAIN.LABEL_SMOOTHING": refused("the RefCOCO+ loss is a binary cross-entropy per box, not a softmax "
+                                     "cross-entropy, so there is no label distribution to smooth"),
 }, (VLBERT_STATUS, VISUAL_SCALE_STATUS))
 
 

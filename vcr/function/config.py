@@ -2,7 +2,7 @@
 what each key does here (``KEY_STATUS``, see :mod:`common.config_keys`)."""
 from common.config import common_defaults, task_api, task_rules
 from common.config.values import PROBABILITY, int_at_least, number_above, number_at_least, one_of
-from common.config_keys import DONE, key_checker, refused, task_key_status, warned
+from common.config_keys import DONE, key_checker, refused, refused_if, task_key_status, warned
 from common.modeling.vlbert_config import (VISUAL_SCALE_RULES, VISUAL_SCALE_STATUS, VLBERT_RULES, VLBERT_STATUS,
                                            add_visual_scale_config, add_vlbert_config)
 
@@ -93,6 +93,11 @@ KEY_STATUS = task_key_status(vcr_defaults(), {
     "NETWORK.ANSWER_FIRST": DONE,
     "NETWORK.LOAD_REL_HEAD": DONE,
     "TRAIN.LOSS_LOGGERS": DONE,
+    # Smooths the softmax answer loss (not the CNN regularisation loss).
+    "TRAIN.LABEL_SMOOTHING": refused_if(
+        lambda cfg: cfg.NETWORK.CLASSIFIER_SIGMOID,
+        "NETWORK.CLASSIFIER_SIGMOID makes the answer loss a binary cross-entropy per choice; label smoothing "
+        "applies to the softmax cross-entropy (CLASSIFIER_SIGMOID false) only"),
 }, (VLBERT_STATUS, VISUAL_SCALE_STATUS))
 
 

@@ -28,7 +28,7 @@ class ResNetVLBERT(VLBertModule):
     - ``answer_label`` [B] long (training only); ``im_info`` [B, 4+] float (width, height, scales).
 
     ``train_forward(*batch) -> (outputs, loss)``, outputs: ``label_logits`` [B, C], ``label`` [B],
-    ``ans_loss`` scalar, ``positive_fraction`` (sigmoid loss), ``cnn_regularization_loss``
+    ``ans_loss`` scalar (softmax cross-entropy with ``TRAIN.LABEL_SMOOTHING``, or the sigmoid loss), ``positive_fraction`` (sigmoid loss), ``cnn_regularization_loss``
     (``ENABLE_CNN_REG_LOSS``). ``inference_forward(*batch without answer_label) -> {'label_logits'}``.
     """
 
@@ -150,7 +150,7 @@ class ResNetVLBERT(VLBertModule):
             ans_loss = rescale * F.binary_cross_entropy_with_logits(logits, target, weight=weight)
             outputs['positive_fraction'] = target.mean()
         else:
-            ans_loss = F.cross_entropy(logits, label)
+            ans_loss = F.cross_entropy(logits, label, label_smoothing=self.cfg.TRAIN.LABEL_SMOOTHING)
         outputs.update(label_logits=logits, label=label, ans_loss=ans_loss)
         loss = ans_loss.mean() * net.ANS_LOSS_WEIGHT
 

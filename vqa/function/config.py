@@ -2,7 +2,7 @@
 each key does here (``KEY_STATUS``)."""
 from common.config import common_defaults, task_api, task_rules
 from common.config.values import PROBABILITY, int_at_least, one_of
-from common.config_keys import DONE, key_checker, refused, task_key_status, warned
+from common.config_keys import DONE, key_checker, refused, refused_if, task_key_status, warned
 from common.modeling.vlbert_config import (VISUAL_SCALE_RULES, VISUAL_SCALE_STATUS, VLBERT_RULES, VLBERT_STATUS,
                                            add_answer_vocab_config, add_visual_scale_config, add_vlbert_config)
 
@@ -74,6 +74,10 @@ KEY_STATUS = task_key_status(vqa_defaults(), {
     "NETWORK.ANS_LOSS_TYPE": DONE,
     "NETWORK.REPLACE_OBJECT_CHANGE_LABEL": warned(_NOT_IN_VQA_MODEL),
     "TRAIN.LOSS_LOGGERS": DONE,
+    "TRAIN.LABEL_SMOOTHING": refused_if(
+        lambda cfg: cfg.NETWORK.ANS_LOSS_TYPE != 'ce',
+        "NETWORK.ANS_LOSS_TYPE 'bce' is a binary cross-entropy per answer; label smoothing applies to the "
+        "softmax cross-entropy (ANS_LOSS_TYPE 'ce') only"),
 }, (VLBERT_STATUS, VISUAL_SCALE_STATUS))
 
 

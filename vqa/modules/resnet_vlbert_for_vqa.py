@@ -21,6 +21,31 @@ def box_mask(boxes):
     return boxes[:, :, 0] > -1.5
 
 
+def smoothed_soft_targets(target, smoothing):
+    """Label smoothing of unnormalised soft targets (VQA's answer scores), for a softmax cross-entropy.
+
+    ``F.cross_entropy(..., label_smoothing=e)`` mixes each target row with ``e / C`` per class, which
+    assumes rows that sum to 1: a VQA row of scores summing to ``S`` (0 for a question whose answers
+    are all outside the vocabulary, up to several for a few accepted answers) would get ``e`` of
+    uniform mass whatever ``S``, so an unlabelled row would be trained towards the uniform
+    distribution. Here each row keeps its mass: a fraction ``e`` of it is spread evenly,
+
+        smoothed = (1 - e) * target + e * S / C,      S = target.sum(1)
+
+    so a row summing to 1 gives exactly ``F.cross_entropy(logits, target, label_smoothing=e)``, a
+    row summing to 0 still adds no loss, and ``e = 0`` returns ``target`` itself.
+
+    Args:
+        target: [N, C] float, non-negative soft scores.
+        smoothing: ``TRAIN.LABEL_SMOOTHING``, in [0, 1].
+    Returns:
+        [N, C] tensor of ``target``'s dtype (``target`` when ``smoothing`` is 0).
+    """
+    if smoothing == 0.0:
+        return target
+    return target * (1.0 - smoothing) + target.sum(1, keepdim=True) * (smoothing / target.shape[1])
+
+
 class ResNetVLBERT(VLBertModule):
     """Input ``[CLS] question [SEP] [MASK] [SEP]`` + RoIs; answer logits from the [MASK] position.
 
@@ -36,7 +61,8 @@ class ResNetVLBERT(VLBertModule):
     ``train_forward(*batch) -> (outputs, loss)``, outputs: ``label_logits`` [B, A], ``label`` [B, A],
     ``ans_loss`` by ``NETWORK.ANS_LOSS_TYPE``: 'bce', binary cross-entropy with the soft scores summed over
     answers (the reference's: mean over batch and answers times A); 'ce', softmax cross-entropy against the
-    soft scores, ``-sum_a label_a * log_softmax(logits)_a``; both averaged over the batch.
+    soft scores, ``-sum_a label_a * log_softmax(logits)_a``, with ``TRAIN.LABEL_SMOOTHING`` applied by
+    :func:`smoothed_soft_targets` (a row's mass is kept); both averaged over the batch.
     ``inference_forward(image, boxes, im_info, question) -> {'label_logits'}``.
     """
 
@@ -112,7 +138,8 @@ class ResNetVLBERT(VLBertModule):
         logits = self._logits(image, boxes, im_info, question)
         target = label.to(logits.dtype)
         if self.cfg.NETWORK.ANS_LOSS_TYPE == 'ce':
-            ans_loss = F.cross_entropy(logits, target)  # class-probability targets: -sum(target * log_softmax)
+            # class-probability targets: -sum(target * log_softmax), smoothed keeping each row's mass
+            ans_loss = F.cross_entropy(logits, smoothed_soft_targets(target, self.cfg.TRAIN.LABEL_SMOOTHING))
         else:
             # Reference scaling: mean over batch and answers, times the number of answers.
             ans_loss = F.binary_cross_entropy_with_logits(logits, target) * label.shape[1]
