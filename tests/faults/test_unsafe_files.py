@@ -17,6 +17,7 @@ from common.modeling.nlp.bert_loading import language_pretrained_weights, read_b
 from common.partial_pretrain import load_partial_pretrain
 from common.safe_load import UnreadableFileError, load_pickle, load_tensors
 from tests.conftest import ROOT
+from tests import tiny_vcr as tiny_vcr_cfg
 from tests.faults import harness, tiny_task
 
 
@@ -147,9 +148,10 @@ def test_truncated_or_foreign_files_name_the_file(tmp_path):
         load_pickle(str(tmp_path / "absent.p"))
 
 
-def test_resume_and_partial_pretrain_entries_refuse_code(tiny_cfg, tmp_path, capsys, monkeypatch):
-    """Through the training entry, with the environment variable set: a refused newest checkpoint is
-    skipped with a warning naming it; a refused PARTIAL_PRETRAIN file stops the run with one error."""
+def test_resume_and_partial_pretrain_entries_refuse_code(tiny_cfg, tiny_vcr, tmp_path, capsys, monkeypatch):
+    """Through the training entries, with the environment variable set: a refused newest checkpoint is
+    skipped with a warning naming it; a refused PARTIAL_PRETRAIN file (a VL-BERT task's key: VCR here)
+    stops the run with one error."""
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
     marker = tmp_path / "created_by_pickle"
     folder = harness.out_dir(tmp_path / "m")
@@ -163,7 +165,9 @@ def test_resume_and_partial_pretrain_entries_refuse_code(tiny_cfg, tmp_path, cap
     assert "Resumed from {}".format(os.path.join(folder, "tiny-0000.model")) in out
 
     pretrain = write_evil(tmp_path / "pretrain.model", payloads(marker)["exec"])
-    assert harness.run_here(tiny_cfg, tmp_path / "p", opts=["NETWORK.PARTIAL_PRETRAIN", pretrain]) == 2
+    argv = ["--cfg", tiny_vcr_cfg.CFG, "--model-dir", str(tmp_path / "p"),
+            "--opts"] + tiny_vcr.opts({"NETWORK.PARTIAL_PRETRAIN": str(pretrain)})
+    assert tiny_vcr_cfg.run_script(tiny_vcr_cfg.ENTRY, argv) == 2
     err = capsys.readouterr().err
     assert re.fullmatch("error: " + refused(pretrain, "builtins.exec") + r"\.[^\n]*\n", err), err
     assert not marker.exists()
