@@ -13,15 +13,10 @@ from refcoco.metrics import RefAccuracy, grounding_correct
 from refcoco.modules import MODELS
 from refcoco.modules.resnet_vlbert_for_refcoco import PADDED_LOGIT, pack_expression
 from tests.refcoco_fixture import write_refcoco
+from tests.test_modules import NO_WEIGHTS, TINY
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFGS = os.path.join(ROOT, "cfgs", "refcoco")
-NO_WEIGHTS = ["NETWORK.BERT_MODEL_NAME", "", "NETWORK.IMAGE_PRETRAINED", ""]
-TINY = NO_WEIGHTS + ["NETWORK.IMAGE_NUM_LAYERS", 18, "NETWORK.IMAGE_FINAL_DIM", 32,
-                     "NETWORK.VLBERT.hidden_size", 32, "NETWORK.VLBERT.visual_size", 32,
-                     "NETWORK.VLBERT.num_hidden_layers", 2, "NETWORK.VLBERT.num_attention_heads", 4,
-                     "NETWORK.VLBERT.intermediate_size", 64, "NETWORK.VLBERT.vocab_size", 200,
-                     "NETWORK.VLBERT.max_position_embeddings", 64]
 
 pytestmark = pytest.mark.filterwarnings("ignore:NETWORK.*(BERT_MODEL_NAME|IMAGE_PRETRAINED) is empty")
 
