@@ -71,10 +71,10 @@ def box_only_accuracies(data, opts):
     """Accuracy on val of each rule of :data:`RULES` and of a uniform random choice (expected value), on the
     candidates the model sees (``ADD_IMAGE_AS_A_BOX``: the whole image first)."""
     from refcoco.data import RefCOCO
-    from refcoco.function.config import load_config
+    from refcoco.task import TASK
     from refcoco.metrics import box_iou
 
-    cfg = load_config(os.path.join(REPO, CFG), opts)
+    cfg = TASK.load_config(os.path.join(REPO, CFG), opts)
     dataset = RefCOCO(cfg.DATASET.VAL_IMAGE_SET, data, tokenizer=None, boxes=cfg.DATASET.VAL_BOXES,
                       add_image_as_a_box=cfg.DATASET.ADD_IMAGE_AS_A_BOX)
     hits = {name: 0 for name in RULES}

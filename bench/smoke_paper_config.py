@@ -104,9 +104,9 @@ def main():
     parser.add_argument("--out", default=os.path.join("output", "smoke_paper"), help="parent of the run folder")
     args = parser.parse_args()
     sys.path.insert(0, REPO)
-    from vcr.function.config import load_config
+    from vcr.task import TASK
 
-    cfg = load_config(os.path.join(REPO, CFG))
+    cfg = TASK.load_config(os.path.join(REPO, CFG))
     per_step = cfg.TRAIN.GRAD_ACCUMULATE_STEPS * cfg.TRAIN.BATCH_IMAGES * args.nproc
     root = os.path.abspath(os.path.join(args.out, time.strftime("%Y%m%d-%H%M%S")))
     data = os.path.join(root, "data")

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from common.config import dump_config
+from common.config import ConfigError, dump_config
 from common.distributed import add_launcher_args
 from common.errors import UserInputError
 from common.logs import setup_run_logging, start_logging
@@ -22,24 +22,31 @@ def train_argument_parser(description):
     parser.add_argument("--log-dir", help="tensorboard folder (default: <output folder>/tensorboard_logs)")
     parser.add_argument("--do-test", action="store_true", help="write the test-set result file after training")
     parser.add_argument("--cudnn-off", action="store_true", help="disable cuDNN")
-    parser.add_argument("--partial-pretrain", help="checkpoint for NETWORK.PARTIAL_PRETRAIN")
+    parser.add_argument("--partial-pretrain", help="pretraining checkpoint whose matching weights initialise the model "
+                        "(NETWORK.PARTIAL_PRETRAIN of a VL-BERT task)")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[],
                         help="config overrides as KEY VALUE pairs, e.g. --opts TRAIN.LR 1e-4")
     add_launcher_args(parser)
     return parser
 
 
-def config_from_args(args, load_config):
-    """Frozen config from ``--cfg``, ``--opts``, ``--partial-pretrain`` and ``--model-dir``.
+def config_from_args(args, task):
+    """Frozen config of ``task`` (:class:`common.task.Task`) from ``--cfg``, ``--opts``, ``--partial-pretrain``
+    and ``--model-dir``.
 
-    ``--model-dir D`` makes OUTPUT_PATH ``D/<OUTPUT_PATH>`` as in the reference.
+    ``--partial-pretrain F`` sets the task's ``partial_pretrain_key`` to F; ``--model-dir D`` makes
+    OUTPUT_PATH ``D/<OUTPUT_PATH>`` as in the reference.
     Raises:
-        ConfigError: see :func:`common.config.TaskConfig.load_config`.
+        ConfigError: ``--partial-pretrain`` for a task that declares no such key; see also
+            :meth:`common.task.Task.load_config`.
     """
     opts = list(args.opts)
     if args.partial_pretrain is not None:
-        opts += ["NETWORK.PARTIAL_PRETRAIN", args.partial_pretrain]
-    cfg = load_config(args.cfg, opts)
+        if task.partial_pretrain_key is None:
+            raise ConfigError("--partial-pretrain: task '{}' loads no pretraining checkpoint (it declares no "
+                              "partial-pretrain key); drop the option".format(task.name))
+        opts += [task.partial_pretrain_key, args.partial_pretrain]
+    cfg = task.load_config(args.cfg, opts)
     if args.model_dir is not None:
         cfg.defrost()
         cfg.OUTPUT_PATH = os.path.join(args.model_dir, cfg.OUTPUT_PATH)

@@ -231,7 +231,7 @@ def train_main(task, description):
     rank 0 then writes the test result file of ``{MODEL_PREFIX}-best.model`` into
     ``<output folder>/test_result``. Wrap it in :func:`common.cli.run_main`."""
     args = train_argument_parser(description).parse_args()
-    cfg = config_from_args(args, task.load_config)
+    cfg = config_from_args(args, task)
     rank, _ = train_net(args, cfg, task)
     if args.do_test and rank == 0:
         folder = train_output_folder(cfg, args.cfg)

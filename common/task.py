@@ -20,7 +20,7 @@ from typing import Callable, Dict, NamedTuple, Optional
 
 import torch
 
-from common.config import TaskConfig
+from common.config import build_config
 from common.config.values import SHARED_RULES
 from common.data.build import build_dataset
 from common.registry import Registry
@@ -56,12 +56,15 @@ class Task:
             (DDP must then look for them, which costs a graph traversal per synced micro-batch).
         value_rules: dotted key -> :class:`common.config.Rule`, the valid values checked when the
             config is read (:func:`common.config.task_rules` adds the task's keys to the shared ones).
+        partial_pretrain_key: dotted config key that the ``--partial-pretrain`` flag sets; None: the task
+            takes no such file, and the flag stops the run with an error.
     """
     name: str = ""
     models: Optional[Registry] = None
     host_metric_name: str = "Acc"
     find_unused_parameters: bool = False
     value_rules: dict = SHARED_RULES
+    partial_pretrain_key: Optional[str] = None
 
     def defaults(self):
         """The task's config defaults as a fresh mutable ``CfgNode``."""
@@ -74,7 +77,7 @@ class Task:
             common.config.ConfigError: bad file, key or value (names the file, line and key); a
                 value outside :attr:`value_rules`.
         """
-        return TaskConfig(self.defaults, self.value_rules).load_config(path, opts)
+        return build_config(self.defaults, self.value_rules, path, opts)
 
     def inputs(self, cfg):
         """The folders and files the config names that training reads, as :class:`Input`; the engine checks

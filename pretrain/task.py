@@ -21,8 +21,7 @@ class PretrainTask(VLBertTask):
     name = "pretrain"
     models = MODELS
 
-    def defaults(self):
-        return pretrain_defaults()
+    defaults = staticmethod(pretrain_defaults)
 
     def host_metric(self, cfg):
         """``MLMAccWVC`` for the multi-task model, else ``MLMAcc`` (the reference's choice)."""

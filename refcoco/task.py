@@ -19,8 +19,7 @@ class RefCOCOTask(VLBertTask):
     models = MODELS
     host_metric_name = "RefAcc"
 
-    def defaults(self):
-        return refcoco_defaults()
+    defaults = staticmethod(refcoco_defaults)
 
     def build_metrics(self, cfg, for_training):
         """Validation: ``RefAcc``, the accuracy over every expression of ``DATASET.VAL_IMAGE_SET`` (argmax box

@@ -13,7 +13,6 @@ import argparse
 from common.cli import run_main
 from common.engine import test_net
 from refcoco.data.refer import SPLITS
-from refcoco.function.config import load_config
 from refcoco.task import TASK
 
 
@@ -38,7 +37,7 @@ def main():
         opts = list(args.opts) + ["DATASET.TEST_IMAGE_SET", split]
         if args.bs is not None:
             opts += ["TEST.BATCH_IMAGES", str(args.bs)]
-        cfg = load_config(args.cfg, opts)
+        cfg = TASK.load_config(args.cfg, opts)
         test_net(TASK, cfg, args.ckpt, args.result_path, args.result_name or cfg.MODEL_PREFIX)
 
 

@@ -9,7 +9,6 @@ import _init_paths  # noqa: F401
 import argparse
 
 from common.cli import run_main
-from refcoco.function.config import load_config
 from refcoco.function.test import print_accuracies, val_accuracies
 from refcoco.task import TASK
 
@@ -20,7 +19,7 @@ def main():
     parser.add_argument("--ckpt", required=True, help="checkpoint file")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
     args = parser.parse_args()
-    print_accuracies(val_accuracies(TASK, load_config(args.cfg, args.opts), args.ckpt))
+    print_accuracies(val_accuracies(TASK, TASK.load_config(args.cfg, args.opts), args.ckpt))
 
 
 if __name__ == "__main__":

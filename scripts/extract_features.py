@@ -36,7 +36,7 @@ from common.data.region_features import (RegionFeatures, feature_json_path, writ
 from common.data.transforms import build_transforms  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
 from common.modeling.fast_rcnn import FastRCNN  # noqa: E402
-from vqa.function.config import load_config  # noqa: E402
+from vqa.task import TASK  # noqa: E402
 
 DEFAULT_CFG = os.path.join(ROOT, "cfgs", "vqa", "base_4x16G_fp32.yaml")
 
@@ -88,7 +88,7 @@ def build_extractor(args):
     opts = list(args.opts) + ["NETWORK.IMAGE_FEAT_PRECOMPUTED", "false", "NETWORK.IMAGE_SEMANTIC", "false"]
     if args.weights:
         opts += ["NETWORK.IMAGE_PRETRAINED", ""]
-    cfg = load_config(args.cfg, opts)
+    cfg = TASK.load_config(args.cfg, opts)
     model = FastRCNN(cfg)
     if args.weights:
         if not os.path.isfile(args.weights):

@@ -1,4 +1,5 @@
 """Pytest set-up: the repository root is importable and slow tests run only on request."""
+import importlib
 import os
 import sys
 
@@ -11,6 +12,11 @@ if ROOT not in sys.path:
 # The reference release's paper configs, its loader's effective VCR values and its VCR state-dict
 # shapes: test data kept in the repository (the tests read nothing outside it).
 LEGACY = os.path.join(ROOT, "tests", "data", "legacy")
+
+
+def load_task(name):
+    """The registered :class:`common.task.Task` of the task folder ``name`` (imports ``<name>.task``)."""
+    return importlib.import_module(name + ".task").TASK
 
 
 def pytest_addoption(parser):

@@ -288,13 +288,13 @@ def test_step_callback_saves_every_n_and_keeps_last(tmp_path):
 
 
 def test_checkpoint_hooks_from_config():
-    from vcr.function.config import load_config
-    cfg = load_config(None, ["TRAIN.CHECKPOINT_STEPS", "50", "TRAIN.CHECKPOINT_KEEP", "3"])
+    from vcr.task import TASK as VCR_TASK
+    cfg = VCR_TASK.load_config(None, ["TRAIN.CHECKPOINT_STEPS", "50", "TRAIN.CHECKPOINT_KEEP", "3"])
     checkpointer = ck.Checkpointer(Net(), None, "out/vl", config=cfg)
     epoch_end, step = checkpoint_hooks(checkpointer, cfg)
     assert epoch_end.frequent == cfg.CHECKPOINT_FREQUENT
     assert (step.every_steps, step.keep) == (50, 3)
-    assert len(checkpoint_hooks(checkpointer, load_config(None))) == 1
+    assert len(checkpoint_hooks(checkpointer, VCR_TASK.load_config(None))) == 1
 
 
 # --- partial pretrain (NETWORK.PARTIAL_PRETRAIN*) --------------------------------------------- #
@@ -405,7 +405,7 @@ def test_partial_pretrain_errors(tmp_path):
 @pytest.mark.filterwarnings("ignore")
 def test_reference_checkpoint_and_partial_pretrain_with_task_models(tmp_path):
     from tests.test_modules import CFGS, TINY, build
-    from vcr.function.config import load_config
+    from vcr.task import TASK as VCR_TASK
 
     vcr = build("vcr", "base_q2a_4x16G_fp32.yaml", TINY)
     # a reference fp16 run's file: DataParallel keys, fp16 floating tensors
@@ -417,7 +417,7 @@ def test_reference_checkpoint_and_partial_pretrain_with_task_models(tmp_path):
     for k, v in ours.state_dict().items():
         assert torch.equal(v, ref["module." + k].to(v.dtype)), k
 
-    cfg = load_config(os.path.join(CFGS, "vcr", "base_q2a_4x16G_fp32.yaml"), TINY)
+    cfg = VCR_TASK.load_config(os.path.join(CFGS, "vcr", "base_q2a_4x16G_fp32.yaml"), TINY)
     pre = build("pretrain", "base_e2e_16x16G_fp16.yaml", TINY)
     g = torch.Generator().manual_seed(1)  # values unlike any fresh init
     pre_sd = {"module." + k: torch.randn(v.shape, generator=g).half() if v.is_floating_point() else v

@@ -5,7 +5,7 @@ import sys
 
 from common.cli import config_from_args, setup_output, train_argument_parser
 from tests.conftest import ROOT
-from vcr.function.config import load_config
+from vcr.task import TASK as VCR_TASK
 
 FP16_CFG = os.path.join(ROOT, "cfgs", "vcr", "base_q2a_4x16G_fp16.yaml")
 
@@ -15,7 +15,7 @@ def test_reference_flags_and_opts():
         ["--cfg", FP16_CFG, "--model-dir", "/runs", "--dist", "--local_rank", "3", "--do-test", "--cudnn-off",
          "--partial-pretrain", "p.model", "--opts", "TRAIN.LR", "1e-4", "TRAIN.GRAD_ACCUMULATE_STEPS", "8"])
     assert args.dist and args.do_test and args.cudnn_off and args.local_rank == 3
-    cfg = config_from_args(args, load_config)
+    cfg = config_from_args(args, VCR_TASK)
     assert cfg.OUTPUT_PATH == os.path.join("/runs", "./output/vl-bert/vcr")
     assert cfg.NETWORK.PARTIAL_PRETRAIN == "p.model"
     assert cfg.TRAIN.LR == 1e-4 and cfg.TRAIN.GRAD_ACCUMULATE_STEPS == 8 and cfg.TRAIN.FP16 is True
@@ -26,11 +26,11 @@ def test_reference_flags_and_opts():
 def test_output_folder_holds_a_loadable_effective_config(tmp_path):
     args = train_argument_parser("t").parse_args(["--cfg", FP16_CFG, "--model-dir", str(tmp_path),
                                                   "--opts", "TRAIN.END_EPOCH", "3"])
-    cfg = config_from_args(args, load_config)
+    cfg = config_from_args(args, VCR_TASK)
     folder, logger = setup_output(cfg, FP16_CFG)
     assert folder == os.path.join(str(tmp_path), "./output/vl-bert/vcr", "base_q2a_4x16G_fp16", "vcr1images_train")
     logger.info("hello")
-    assert load_config(os.path.join(folder, "config.yaml")) == cfg
+    assert VCR_TASK.load_config(os.path.join(folder, "config.yaml")) == cfg
     logs = [f for f in os.listdir(folder) if f.endswith(".log")]
     assert len(logs) == 1 and "hello" in open(os.path.join(folder, logs[0])).read()
 
@@ -58,3 +58,16 @@ def test_paper_config_without_data_or_models_gives_one_message(tmp_path):
         "  NETWORK.PARTIAL_PRETRAIN: checkpoint './model/pretrained_model/vl-bert-base-e2e.model'"]
     assert "data/PREPARE_DATA.md" in lines[5] and "model/pretrained_model/PREPARE_PRETRAINED_MODELS.md" in lines[5]
     assert not os.path.exists(tmp_path / "output")  # nothing written before the check
+
+
+def test_partial_pretrain_flag_for_a_task_without_the_key_is_one_error(tmp_path):
+    """The tiny task (shared defaults only) has no NETWORK.PARTIAL_PRETRAIN: the flag names itself and the task."""
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("TRAIN:\n  END_EPOCH: 1\n")
+    cmd = [sys.executable, os.path.join(ROOT, "tests", "faults", "tiny_task.py"), "--cfg", str(cfg),
+           "--model-dir", str(tmp_path), "--partial-pretrain", "p.model"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == ("error: --partial-pretrain: task 'faults_tiny' loads no pretraining checkpoint "
+                                   "(it declares no partial-pretrain key); drop the option")
+    assert not os.path.exists(tmp_path / "output")

@@ -95,9 +95,9 @@ def _logits_of_first_item(cfg, batch_images, dataset, model):
 def test_an_images_logits_do_not_depend_on_a_larger_image_in_its_batch(tmp_path, pad_to_batch_max):
     from common.data.build import build_transforms
     from common.engine import build_model
-    from vcr.function.config import load_config
+    from vcr.task import TASK as VCR_TASK
     from vcr.task import TASK
-    cfg = load_config(os.path.join(ROOT, "cfgs", "vcr", "demo_q2a_cpu.yaml"), [
+    cfg = VCR_TASK.load_config(os.path.join(ROOT, "cfgs", "vcr", "demo_q2a_cpu.yaml"), [
         "NETWORK.PARTIAL_PRETRAIN", "", "NETWORK.IMAGE_PRETRAINED", "", "NETWORK.BERT_MODEL_NAME", "",
         "TRAIN.FP16", "false", "NUM_WORKERS_PER_GPU", "0", "SCALES", "[96, 160]",
         "DATASET.PAD_TO_BATCH_MAX", str(pad_to_batch_max)])

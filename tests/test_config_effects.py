@@ -16,15 +16,11 @@ from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.eval_metric import EvalMetric
 from common.optim import build_optimizer, images_per_step
 from common.trainer import Trainer
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_task
 from tests.test_modules import TINY, vcr_batch
 from tests.test_trainer import OnEpoch, Toy, _batches
 
 pytestmark = [pytest.mark.filterwarnings('ignore:NETWORK.*(BERT_MODEL_NAME|IMAGE_PRETRAINED) is empty')]
-
-
-def api(task):
-    return importlib.import_module("{}.function.config".format(task))
 
 
 # ------------------------------------------------------------------------------------------------ #
@@ -33,22 +29,22 @@ def api(task):
 def test_lossless_coercions(tmp_path):
     path = tmp_path / "cfg.yaml"
     path.write_text("GPUS: 0\nMODEL_PREFIX: 2020\nTRAIN:\n  END_EPOCH: 20.0\n  GRAD_ACCUMULATE_STEPS: '4'\n")
-    cfg = api("vcr").load_config(str(path))
+    cfg = load_task("vcr").load_config(str(path))
     assert (cfg.GPUS, cfg.MODEL_PREFIX, cfg.TRAIN.END_EPOCH, cfg.TRAIN.GRAD_ACCUMULATE_STEPS) == ("0", "2020", 20, 4)
-    assert api("vcr").load_config(None, ["GPUS", "0,1"]).GPUS == "0,1"
+    assert load_task("vcr").load_config(None, ["GPUS", "0,1"]).GPUS == "0,1"
     for opts, message in ((["TRAIN.END_EPOCH", "20.5"], "expected int, got float 20.5"),
                           (["TRAIN.END_EPOCH", "'ten'"], "expected int, got str 'ten'"),
                           (["TRAIN.FP16", "1"], "expected bool, got int 1"),
                           (["GPUS", "true"], "expected string, got bool True")):
         with pytest.raises(ConfigError, match=message):
-            api("vcr").load_config(None, opts)
+            load_task("vcr").load_config(None, opts)
 
 
 # ------------------------------------------------------------------------------------------------ #
 # Effects of the keys the reference declared without reading
 # ------------------------------------------------------------------------------------------------ #
 def build(task, cfg_name, opts):
-    cfg = api(task).load_config(os.path.join(ROOT, "cfgs", task, cfg_name), TINY + opts)
+    cfg = load_task(task).load_config(os.path.join(ROOT, "cfgs", task, cfg_name), TINY + opts)
     torch.manual_seed(0)
     return cfg, importlib.import_module(task + ".modules").MODELS.build(cfg)
 

@@ -12,7 +12,7 @@ import pytest
 
 from common.config import ConfigError
 from common.config_keys import IMPLEMENTED, REFUSED, WARNED, leaf_keys
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_task
 from vcr.function.test import val_correct
 from vcr.task import TASK as VCR_TASK
 
@@ -24,7 +24,7 @@ def api(task):
 
 
 def defaults(task):
-    return api(task).load_config()
+    return load_task(task).load_config()
 
 
 # ------------------------------------------------------------------------------------------------ #
@@ -145,7 +145,7 @@ def test_warned_key_warns_naming_the_key(task, key):
     default = dict(leaf_keys(defaults(task)))[key]
     cfg = with_value(defaults(task), key, other_value(default))
     with config_warnings() as lines:
-        api(task).check_config(cfg, "my.yaml")
+        load_task(task).check_config(cfg, "my.yaml")
     assert len(lines) == 1
     assert lines[0].startswith("warning: my.yaml: {} = {!r}: ".format(key, other_value(default)))
     assert lines[0].endswith("; the value is ignored")
@@ -156,18 +156,18 @@ def test_refused_key_stops_naming_the_key(task, key):
     default = dict(leaf_keys(defaults(task)))[key]
     cfg = with_value(defaults(task), key, other_value(default))
     with pytest.raises(ConfigError, match=r"^my\.yaml: {} = .*\(default .*\)$".format(key.replace(".", r"\."))):
-        api(task).check_config(cfg, "my.yaml")
+        load_task(task).check_config(cfg, "my.yaml")
 
 
 @pytest.mark.parametrize("task", TASKS)
 def test_defaults_and_implemented_keys_pass_silently(task):
     with config_warnings() as lines:
-        api(task).check_config(defaults(task))
+        load_task(task).check_config(defaults(task))
         cfg = defaults(task)
         for key, status in api(task).KEY_STATUS.items():
             if status.kind == IMPLEMENTED and status.refuse_if is None:  # refused_if: tests/test_label_smoothing.py
                 cfg = with_value(cfg, key, other_value(dict(leaf_keys(cfg))[key]))
-        api(task).check_config(cfg)
+        load_task(task).check_config(cfg)
     assert lines == []
 
 
@@ -177,7 +177,7 @@ def test_shipped_configs_warn_only_about_gpus_and_the_cache_root(task, demo):
     assert len(paths) >= 5
     for path in paths:
         with config_warnings() as lines:
-            api(task).check_config(api(task).load_config(path), path)
+            load_task(task).check_config(load_task(task).load_config(path), path)
         keys = sorted(line.split(": ")[2].split(" = ")[0] for line in lines)
         assert keys == ([] if path.endswith(demo) else ["DATASET.ROOT_PATH", "GPUS"]), path
 
@@ -197,7 +197,7 @@ def test_entry_points_refuse_and_warn_before_anything_runs(tmp_path):
         "(default False)".format(cfg))
     assert not os.listdir(str(tmp_path))
 
-    refused = api("vcr").load_config(os.path.join(ROOT, cfg), ["DATASET.QA2R_AUG", "true"])
+    refused = load_task("vcr").load_config(os.path.join(ROOT, cfg), ["DATASET.QA2R_AUG", "true"])
     with pytest.raises(ConfigError, match=r"^config: DATASET\.QA2R_AUG = True: not implemented"):
         val_correct(VCR_TASK, refused, str(tmp_path / "no.model"))
 
@@ -208,7 +208,7 @@ def test_shipped_pretrain_configs_warn_only_about_keys_the_reference_never_read(
         if path.endswith("vis_attention_maps_coco.yaml"):  # the attention-map script's config, not a training one
             continue
         with config_warnings() as lines:
-            api("pretrain").check_config(api("pretrain").load_config(path), path)
+            load_task("pretrain").check_config(load_task("pretrain").load_config(path), path)
         keys = sorted({line.split(": ")[2].split(" = ")[0] for line in lines})
         expected = [] if path.endswith("demo_e2e_cpu.yaml") else [
             "DATASET.IGNORE_DB_CACHE", "DATASET.ROOT_PATH", "GPUS", "NETWORK.ENABLE_CNN_REG_LOSS"]

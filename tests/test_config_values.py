@@ -72,11 +72,11 @@ def test_bad_file_values_each_get_a_line_naming_file_and_line(tmp_path, capsys):
         "error: {}:7: TRAIN.END_EPOCH: expected an int > TRAIN.BEGIN_EPOCH (3), got 3".format(path),
         "error: {}:5: TRAIN.GRAD_ACCUMULATE_STEPS: expected an int >= 1, got 0".format(path)])
     # a bad file value that --opts replaces is not an error, nor a default (END_EPOCH 0) nobody set
-    from pretrain.function.config import load_config
-    cfg = load_config(str(path), ["DATASET", "[{MAX_SKIPPED_SHARE: 0.5}]", "TRAIN.GRAD_ACCUMULATE_STEPS", "2",
+    from pretrain.task import TASK as PRETRAIN_TASK
+    cfg = PRETRAIN_TASK.load_config(str(path), ["DATASET", "[{MAX_SKIPPED_SHARE: 0.5}]", "TRAIN.GRAD_ACCUMULATE_STEPS", "2",
                                   "TRAIN.END_EPOCH", "4", "TRAIN.LR", "0"])
     assert (cfg.DATASET[0].MAX_SKIPPED_SHARE, cfg.TRAIN.GRAD_ACCUMULATE_STEPS, cfg.TRAIN.LR) == (0.5, 2, 0.0)
-    assert load_config().TRAIN.END_EPOCH == 0
+    assert PRETRAIN_TASK.load_config().TRAIN.END_EPOCH == 0
 
 
 @pytest.mark.parametrize("task", ["vcr", "vqa", "refcoco", "pretrain"])

@@ -16,7 +16,7 @@ from common.cli import config_from_args, train_argument_parser
 from common.engine import seed_everything, train_net
 from common.optim import images_per_step
 from tests.test_fp16_run import CFG, PREFIX, data  # noqa: F401  (the tiny demo data fixture)
-from vcr.function.config import load_config
+from vcr.task import TASK as VCR_TASK
 from vcr.task import TASK
 
 
@@ -26,7 +26,7 @@ def train_blind(data, model_dir, opts):  # noqa: F811  (data: the fixture's valu
         "--cfg", CFG, "--model-dir", model_dir, "--opts", "DATASET.DATASET_PATH", folder, "NETWORK.BERT_MODEL_NAME",
         bert, "NETWORK.VLBERT.num_hidden_layers", "1", "NETWORK.BLIND", "true", "TRAIN.END_EPOCH", "1",
         "TRAIN.WARMUP_STEPS", "2", "VAL.BATCH_IMAGES", "8", "SCALES", "[32, 48]"] + opts)
-    cfg = config_from_args(args, load_config)
+    cfg = config_from_args(args, VCR_TASK)
     try:
         train_net(args, cfg, TASK)
     finally:

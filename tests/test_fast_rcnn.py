@@ -11,7 +11,7 @@ from torchvision.models import resnet as tv_resnet
 from common.modeling.backbone import FrozenBatchNorm2d
 from common.modeling.fast_rcnn import FastRCNN, coordinate_embeddings
 from tests.conftest import LEGACY
-from vcr.function.config import load_config
+from vcr.task import TASK as VCR_TASK
 
 torch.set_num_threads(1)
 
@@ -27,7 +27,7 @@ def make_config(**network):
     opts = []
     for key, value in values.items():
         opts += [f"NETWORK.{key}", value]
-    return load_config(None, opts)
+    return VCR_TASK.load_config(None, opts)
 
 
 def make_model(final_dim=32, enable_cnn_reg_loss=False, **network):
@@ -85,7 +85,7 @@ def test_vcr_base_keys_and_shapes():
         reference = json.load(f)[VCR_BASE]
     prefix = "image_feature_extractor."
     expected = {k[len(prefix):]: v for k, v in reference.items() if k.startswith(prefix)}
-    cfg = load_config(os.path.join(LEGACY, VCR_BASE), ["NETWORK.IMAGE_PRETRAINED", ""])
+    cfg = VCR_TASK.load_config(os.path.join(LEGACY, VCR_BASE), ["NETWORK.IMAGE_PRETRAINED", ""])
     net = cfg.NETWORK
     model = FastRCNN(cfg, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
                      enable_cnn_reg_loss=net.ENABLE_CNN_REG_LOSS and not net.CNN_LOSS_TOP)

@@ -25,7 +25,7 @@ from common.cli import config_from_args, train_argument_parser
 from common.engine import seed_everything
 from tests.conftest import ROOT
 from tests.test_vcr_end2end import minilm_folder
-from vcr.function.config import load_config
+from vcr.task import TASK as VCR_TASK
 from vcr.function.test import val_correct
 from vcr.task import TASK
 
@@ -59,7 +59,7 @@ def tiny_run(data, model_dir, opts):
             "TRAIN.BATCH_IMAGES", "2", "TRAIN.GRAD_ACCUMULATE_STEPS", "2", "VAL.BATCH_IMAGES", "8",
             "SCALES", "[32, 48]"] + opts
     args = train_argument_parser("test").parse_args(["--cfg", CFG, "--model-dir", model_dir, "--opts"] + opts)
-    cfg = config_from_args(args, load_config)
+    cfg = config_from_args(args, VCR_TASK)
 
     seen = []
     real_validation = common.engine.run_validation

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from vqa.modules.resnet_vlbert_for_vqa import smoothed_soft_targets
 from tests.test_modules import TINY, build, vcr_batch
+from tests.conftest import load_task
 from tests.tiny_vcr import ROOT, run_script
 
 pytestmark = [pytest.mark.filterwarnings('ignore:NETWORK.*(BERT_MODEL_NAME|IMAGE_PRETRAINED) is empty'),
@@ -117,8 +118,7 @@ def test_tasks_without_a_softmax_loss_refuse_the_key_at_the_entry_point(tmp_path
     ("vcr", "base_q2a_4x16G_fp16.yaml", ["NETWORK.CLASSIFIER_SIGMOID", "false"]),
 ])
 def test_softmax_losses_accept_the_key(task, cfg, opts):
-    import importlib
-    api = importlib.import_module(task + ".function.config")
+    api = load_task(task)
     cfg = api.load_config(os.path.join(ROOT, "cfgs", task, cfg), opts + ["TRAIN.LABEL_SMOOTHING", "0.1"])
     api.check_config(cfg)  # no ConfigError
     assert cfg.TRAIN.LABEL_SMOOTHING == 0.1

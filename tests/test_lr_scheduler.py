@@ -12,11 +12,11 @@ from common.lr_scheduler import (WarmupCosineLR, WarmupLinearLR, WarmupMultiStep
                                  updates_per_epoch)
 from common.hooks.lr_scheduler import LRSchedulerHook
 from common.trainer import Trainer
-from vcr.function.config import load_config
+from vcr.task import TASK as VCR_TASK
 
 
 def _cfg(**train_keys):
-    cfg = load_config(None).clone()
+    cfg = VCR_TASK.load_config(None).clone()
     cfg.defrost()
     for key, value in train_keys.items():
         setattr(cfg.TRAIN, key, value)

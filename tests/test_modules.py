@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from pretrain.losses import masked_lm_loss, soft_cross_entropy
 from common.modeling.vlbert_module import collect_obj_reps, pack_text_pair
-from tests.conftest import LEGACY
+from tests.conftest import LEGACY, load_task
 
 CFGS = os.path.join(LEGACY, 'cfgs')
 NO_WEIGHTS = ['NETWORK.BERT_MODEL_NAME', '', 'NETWORK.IMAGE_PRETRAINED', '']
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.filterwarnings('ignore:NETWORK.*(BERT_MODEL_NAME|IMAGE
 
 def build(task, cfg_file, opts):
     import importlib
-    config = importlib.import_module(task + '.function.config').load_config(os.path.join(CFGS, task, cfg_file), opts)
+    config = load_task(task).load_config(os.path.join(CFGS, task, cfg_file), opts)
     torch.manual_seed(0)
     return importlib.import_module(task + '.modules').MODELS.build(config)
 
@@ -68,9 +68,9 @@ def test_vcr_released_style_checkpoint_loads_strictly():
 # ---------------------------------------------------------------- builders and errors
 
 def test_unknown_module_lists_known_ones():
-    from vcr.function.config import load_config
+    from vcr.task import TASK as VCR_TASK
     from vcr.modules import MODELS
-    config = load_config(os.path.join(CFGS, 'vcr', 'base_q2a_4x16G_fp32.yaml'), TINY + ['MODULE', 'Nope'])
+    config = VCR_TASK.load_config(os.path.join(CFGS, 'vcr', 'base_q2a_4x16G_fp32.yaml'), TINY + ['MODULE', 'Nope'])
     with pytest.raises(KeyError, match="'Nope'.*known: ResNetVLBERT"):
         MODELS.build(config)
 

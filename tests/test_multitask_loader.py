@@ -6,7 +6,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from common.data.multitask import MultiTaskConfigError, MultiTaskDataLoader, dataset_configs
 from common.data.samplers import make_batch_sampler, resolve_key
-from pretrain.function.config import load_config
+from pretrain.task import TASK as PRETRAIN_TASK
 from tests.tiny_pretrain import cfg_path
 
 
@@ -85,12 +85,12 @@ def test_positions_and_errors():
 
 
 def test_dataset_configs_split_the_lists():
-    cfg = load_config(cfg_path("base_prec_4x16G_fp32.yaml"), ["TRAIN.BATCH_IMAGES", "[3, 5]", "VAL.BATCH_IMAGES", 4])
+    cfg = PRETRAIN_TASK.load_config(cfg_path("base_prec_4x16G_fp32.yaml"), ["TRAIN.BATCH_IMAGES", "[3, 5]", "VAL.BATCH_IMAGES", 4])
     first, second = dataset_configs(cfg)
     assert (first.DATASET.DATASET, second.DATASET.DATASET) == ("conceptual_captions", "general_corpus")
     assert (first.TRAIN.BATCH_IMAGES, second.TRAIN.BATCH_IMAGES) == (3, 5)
     assert (first.VAL.BATCH_IMAGES, second.VAL.BATCH_IMAGES) == (4, 4)
     assert second.DATASET.SEQ_LEN == 64 and second.DATASET.MIN_SEQ_LEN == 64 and first.is_frozen()
-    bad = load_config(cfg_path("base_prec_4x16G_fp32.yaml"), ["TRAIN.BATCH_IMAGES", "[3, 5, 7]"])
+    bad = PRETRAIN_TASK.load_config(cfg_path("base_prec_4x16G_fp32.yaml"), ["TRAIN.BATCH_IMAGES", "[3, 5, 7]"])
     with pytest.raises(MultiTaskConfigError, match=r"my.yaml: TRAIN.BATCH_IMAGES has 3 entries for 2 DATASET"):
         dataset_configs(bad, "my.yaml")

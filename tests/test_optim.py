@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from common.optim import BertAdamW, build_optimizer, images_per_step, param_groups
-from vcr.function.config import load_config
+from vcr.task import TASK as VCR_TASK
 
 
 def _cfg(**train):
-    cfg = load_config(None).clone()
+    cfg = VCR_TASK.load_config(None).clone()
     cfg.defrost()
     for key, value in train.items():
         setattr(cfg.TRAIN, key, value)

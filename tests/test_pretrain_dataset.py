@@ -11,14 +11,14 @@ from common.data.skips import TooManySkipsError
 from pretrain.data.caption_dataset import ConceptualCaptionsDataset
 from pretrain.data.conceptual_captions import load_detections
 from pretrain.data.masking import IGNORE
-from pretrain.function.config import load_config
+from pretrain.task import TASK as PRETRAIN_TASK
 from pretrain.function.metrics import MLMAccuracyAUX, MLMAccuracyWVC, MVRCAccuracy, RelationshipAccuracy
 from pretrain.task import TASK
 from tests import tiny_pretrain as tp
 
 
 def dataset(inputs, name="base_prec_4x16G_fp32.yaml", *opts):
-    cfg = load_config(tp.cfg_path(name), tp.opts(name, inputs) + list(opts))
+    cfg = PRETRAIN_TASK.load_config(tp.cfg_path(name), tp.opts(name, inputs) + list(opts))
     cfg_one = cfg.clone()
     cfg_one.defrost()
     cfg_one.DATASET = cfg.DATASET[0] if isinstance(cfg.DATASET, list) else cfg.DATASET

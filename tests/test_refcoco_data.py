@@ -12,7 +12,7 @@ from common.data.samplers import SampleKey
 from common.data.tokenizer import build_tokenizer
 from refcoco.data import RefCOCO
 from refcoco.data.refer import RefCOCODataError
-from refcoco.function.config import load_config
+from refcoco.task import TASK as REFCOCO_TASK
 from tests.refcoco_fixture import ids, write_refcoco
 
 CFG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cfgs", "refcoco",
@@ -128,7 +128,7 @@ def test_image_size_must_match_instances(root):
 
 
 def config(root, *opts):
-    return load_config(CFG, ["DATASET.DATASET_PATH", root, "NETWORK.BERT_MODEL_NAME", os.path.join(root, "bert"),
+    return REFCOCO_TASK.load_config(CFG, ["DATASET.DATASET_PATH", root, "NETWORK.BERT_MODEL_NAME", os.path.join(root, "bert"),
                              "NUM_WORKERS_PER_GPU", 0, "SCALES", [60, 100]] + list(opts))
 
 

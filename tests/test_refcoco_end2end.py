@@ -48,13 +48,13 @@ def pretrain_file(tiny_vcr, data, tmp_path_factory):
     the tiny BERT and ResNet-18, every float tensor moved by noise of std 0.01 (so that no fresh model holds
     the same values), fp16, DataParallel ``module.`` keys."""
     import warnings
-    from pretrain.function.config import load_config
+    from pretrain.task import TASK as PRETRAIN_TASK
     from pretrain.modules import MODELS
 
     opts = tiny_opts(tiny_vcr, data, "")
     pairs = [(k, v) for k, v in zip(opts[::2], opts[1::2])
              if k.startswith("NETWORK.") and k != "NETWORK.PARTIAL_PRETRAIN"]
-    cfg = load_config(os.path.join(ROOT, "cfgs", "pretrain", "base_e2e_16x16G_fp16.yaml"),
+    cfg = PRETRAIN_TASK.load_config(os.path.join(ROOT, "cfgs", "pretrain", "base_e2e_16x16G_fp16.yaml"),
                       [x for pair in pairs for x in pair])
     torch.manual_seed(3)
     with warnings.catch_warnings():
@@ -280,10 +280,10 @@ def _validation_worker(rank, world_size, port, cfg, results):
 
 def test_validation_on_two_gloo_ranks_counts_each_expression_once(tiny_vcr, data):
     import torch.multiprocessing as mp
-    from refcoco.function.config import load_config
+    from refcoco.task import TASK as REFCOCO_TASK
     from tests.test_distributed import free_port
 
-    cfg = load_config(os.path.join(CFGS, "base_gt_boxes_4x16G.yaml"), tiny_opts(tiny_vcr, data, ""))
+    cfg = REFCOCO_TASK.load_config(os.path.join(CFGS, "base_gt_boxes_4x16G.yaml"), tiny_opts(tiny_vcr, data, ""))
     single = _validate(cfg, 1, 0)
     assert single[:2] == (0.6, [3.0, 5.0])
     results = mp.Manager().dict()

@@ -8,27 +8,22 @@ import torch.nn.functional as F
 
 from common.data.build import build_dataset, make_dataloader
 import refcoco.data  # noqa: F401  (registers the 'refcoco+' dataset)
-from refcoco.function.config import load_config
+from refcoco.task import TASK as REFCOCO_TASK
 from refcoco.metrics import RefAccuracy, grounding_correct
 from refcoco.modules import MODELS
 from refcoco.modules.resnet_vlbert_for_refcoco import PADDED_LOGIT, pack_expression
 from tests.refcoco_fixture import write_refcoco
+from tests.test_modules import NO_WEIGHTS, TINY
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFGS = os.path.join(ROOT, "cfgs", "refcoco")
-NO_WEIGHTS = ["NETWORK.BERT_MODEL_NAME", "", "NETWORK.IMAGE_PRETRAINED", ""]
-TINY = NO_WEIGHTS + ["NETWORK.IMAGE_NUM_LAYERS", 18, "NETWORK.IMAGE_FINAL_DIM", 32,
-                     "NETWORK.VLBERT.hidden_size", 32, "NETWORK.VLBERT.visual_size", 32,
-                     "NETWORK.VLBERT.num_hidden_layers", 2, "NETWORK.VLBERT.num_attention_heads", 4,
-                     "NETWORK.VLBERT.intermediate_size", 64, "NETWORK.VLBERT.vocab_size", 200,
-                     "NETWORK.VLBERT.max_position_embeddings", 64]
 
 pytestmark = pytest.mark.filterwarnings("ignore:NETWORK.*(BERT_MODEL_NAME|IMAGE_PRETRAINED) is empty")
 
 
 def build(opts, cfg_file="base_gt_boxes_4x16G.yaml"):
     torch.manual_seed(0)
-    return MODELS.build(load_config(os.path.join(CFGS, cfg_file), opts))
+    return MODELS.build(REFCOCO_TASK.load_config(os.path.join(CFGS, cfg_file), opts))
 
 
 def test_base_state_dict_equals_reference():
@@ -41,7 +36,7 @@ def test_base_state_dict_equals_reference():
 
 def test_all_paper_configs_build_the_same_network_per_size():
     def network(name):
-        return load_config(os.path.join(CFGS, name)).NETWORK
+        return REFCOCO_TASK.load_config(os.path.join(CFGS, name)).NETWORK
     assert network("base_gt_boxes_4x16G.yaml") == network("base_detected_regions_4x16G.yaml")
     assert network("large_gt_boxes_4x16G.yaml") == network("large_detected_regions_4x16G.yaml")
 
@@ -114,9 +109,9 @@ def test_fixture_data_through_loader_model_and_accuracy(tmp_path):
     root = write_refcoco(str(tmp_path))
     opts = ["DATASET.DATASET_PATH", root, "NUM_WORKERS_PER_GPU", 0, "SCALES", [60, 100], "VAL.BATCH_IMAGES", 2,
             "DATASET.VAL_IMAGE_SET", "train+val+test", "DATASET.VAL_BOXES", "proposal+gt"]
-    cfg = load_config(os.path.join(CFGS, "base_detected_regions_4x16G.yaml"), TINY + opts)
+    cfg = REFCOCO_TASK.load_config(os.path.join(CFGS, "base_detected_regions_4x16G.yaml"), TINY + opts)
     # The model is randomly initialised (no BERT folder); the data set reads the fixture's vocabulary.
-    data_cfg = load_config(os.path.join(CFGS, "base_detected_regions_4x16G.yaml"),
+    data_cfg = REFCOCO_TASK.load_config(os.path.join(CFGS, "base_detected_regions_4x16G.yaml"),
                            opts + ["NETWORK.BERT_MODEL_NAME", os.path.join(root, "bert")])
     dataset = build_dataset(data_cfg, "val")
     loader = make_dataloader(cfg, "val", dataset=dataset)

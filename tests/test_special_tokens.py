@@ -13,6 +13,7 @@ import torch
 from common.modeling.nlp.bert_loading import read_bert_weights
 from common.modeling.visual_linguistic_bert import NUM_SPECIAL_WORDS
 from tests import pretrain_fixtures
+from tests.conftest import load_task
 from tests.test_bert_loading import MINILM
 from tests.test_modules import TINY, build, pretrain_batch
 
@@ -93,7 +94,7 @@ def test_mlm_rows_are_their_own_tokens_outputs(tokenizer, odd, multitask):
     ('pretrain', 'pretrain/demo_e2e_cpu.yaml', []),
 ])
 def test_frozen_word_embeddings_special_rows_start_from_the_loaded_bert(task, cfg_file, extra):
-    config = importlib.import_module(task + '.function.config').load_config(
+    config = load_task(task).load_config(
         os.path.join(ROOT, 'cfgs', cfg_file),
         ['NETWORK.BERT_MODEL_NAME', MINILM, 'NETWORK.IMAGE_PRETRAINED', '', 'NETWORK.IMAGE_NUM_LAYERS', 18] + extra)
     assert config.NETWORK.VLBERT.word_embedding_frozen

@@ -349,7 +349,7 @@ def test_error_missing_vocab(tmp_path):
 
 # ---------------------------------------------------------------- config -> loader
 def _cfg(root, **over):
-    from vcr.function.config import load_config
+    from vcr.task import TASK as VCR_TASK
     opts = {"DATASET.DATASET": "vcr", "DATASET.DATASET_PATH": str(root), "DATASET.TASK": "Q2A",
             "DATASET.TRAIN_ANNOTATION_FILE": "val.jsonl", "DATASET.VAL_ANNOTATION_FILE": "val.jsonl",
             "DATASET.TRAIN_IMAGE_SET": "vcr1images", "DATASET.VAL_IMAGE_SET": "vcr1images",
@@ -357,7 +357,7 @@ def _cfg(root, **over):
             "NETWORK.PIXEL_STDS": [1.0, 1.0, 1.0], "SCALES": [40, 1000], "NUM_WORKERS_PER_GPU": 0,
             "TRAIN.BATCH_IMAGES": 2, "TRAIN.ASPECT_GROUPING": False, "TRAIN.FLIP_PROB": 0.0}
     opts.update(over)
-    return load_config(None, [x for kv in opts.items() for x in kv])
+    return VCR_TASK.load_config(None, [x for kv in opts.items() for x in kv])
 
 
 def test_make_dataloader_from_config(tmp_path):

@@ -17,7 +17,7 @@ from common.data.zipreader import ZipReader
 from vqa.data.answers import AnswerVocabError
 from vqa.data.vqa import VQADataError, VQADataset
 from vqa.data.vqa_files import VqaFileError
-from vqa.function.config import load_config
+from vqa.task import TASK as VQA_TASK
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "what", "is", "left", "right", "of", "the", "dog", "?",
@@ -193,13 +193,13 @@ def test_shipped_config_builds_the_dataset_and_a_loader(tmp_path):
             str(tmp_path / "coco" / "vqa" / "answers_vqa.txt"), "DATASET.ANSWER_VOCAB_SIZE", "7",
             "DATASET.BOXES", "'36'",
             "NETWORK.BERT_MODEL_NAME", str(tmp_path / "bert"), "TRAIN.BATCH_IMAGES", "3", "NUM_WORKERS_PER_GPU", "0"]
-    cfg = load_config(os.path.join(ROOT, "cfgs", "vqa", "base_4x16G_fp32.yaml"), opts)
+    cfg = VQA_TASK.load_config(os.path.join(ROOT, "cfgs", "vqa", "base_4x16G_fp32.yaml"), opts)
     assert len(build_dataset(cfg, "train")) == 3  # TRAIN_IMAGE_SET 'train2014+val2014'
     image, boxes, im_info, question, label = next(iter(make_dataloader(cfg, "train")))
     assert image == [None, None, None]
     assert (boxes.shape, im_info.shape, label.shape) == ((3, 4, 4 + 2048), (3, 5), (3, 7))
     assert question.shape[0] == 3
-    bad = load_config(os.path.join(ROOT, "cfgs", "vqa", "base_4x16G_fp32.yaml"), opts + ["DATASET.USE_IMDB", "true"])
+    bad = VQA_TASK.load_config(os.path.join(ROOT, "cfgs", "vqa", "base_4x16G_fp32.yaml"), opts + ["DATASET.USE_IMDB", "true"])
     with pytest.raises(VQADataError, match="USE_IMDB: true reads Pythia's imdb"):
         build_dataset(bad, "train")
 
@@ -214,7 +214,7 @@ def test_padded_boxes_are_outside_the_model_box_mask(tmp_path):
             str(tmp_path / "coco" / "vqa" / "answers_vqa.txt"), "DATASET.ANSWER_VOCAB_SIZE", "7",
             "DATASET.BOXES", "'36'", "NETWORK.BERT_MODEL_NAME", str(tmp_path / "bert"),
             "TRAIN.BATCH_IMAGES", "3", "TRAIN.SHUFFLE", "false", "NUM_WORKERS_PER_GPU", "0"]
-    cfg = load_config(os.path.join(ROOT, "cfgs", "vqa", "base_4x16G_fp32.yaml"), opts)
+    cfg = VQA_TASK.load_config(os.path.join(ROOT, "cfgs", "vqa", "base_4x16G_fp32.yaml"), opts)
     boxes = next(iter(make_dataloader(cfg, "train")))[1]
     assert boxes.shape == (3, 4, 4 + 2048)
     assert box_mask(boxes).tolist() == [[True] * 4, [True] * 4, [True] * 3 + [False]]

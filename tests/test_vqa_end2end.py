@@ -13,7 +13,7 @@ import torch
 from common.data.build import make_dataloader
 from tests import tiny_vqa
 from tests.tiny_vqa import CFGS, QUESTIONS, make_inputs, output_folder, run_entry
-from vqa.function.config import load_config
+from vqa.task import TASK as VQA_TASK
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_classifier_starts_from_the_answers_mean_word_embeddings(inputs):
     from common.engine import build_model
     from vqa.task import TASK
 
-    cfg = load_config(CFGS["base_4x16G_fp32"], inputs.opts())
+    cfg = VQA_TASK.load_config(CFGS["base_4x16G_fp32"], inputs.opts())
     assert cfg.NETWORK.CLASSIFIER_PRETRAINED
     model = build_model(TASK, cfg)
     table = model.vlbert.word_embeddings.weight
@@ -101,7 +101,7 @@ def test_predictions_keep_one_answer_per_question_when_a_sampler_repeats_items(i
     from vqa.task import TASK
 
     model_dir, _ = trained["base_4x16G_fp32"]
-    cfg = load_config(CFGS["base_4x16G_fp32"], inputs.opts())
+    cfg = VQA_TASK.load_config(CFGS["base_4x16G_fp32"], inputs.opts())
     model = load_for_inference(TASK, cfg, _checkpoint(model_dir, "base_4x16G_fp32"), torch.device("cpu"))
     plain = make_dataloader(cfg, "test", dataset=TASK.build_dataset(cfg, "test"))
     order = [i for r in range(2) for i in DistributedSampler(5, 2, r, shuffle=False)]

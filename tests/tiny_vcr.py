@@ -246,11 +246,11 @@ def _bert_folder(folder, vocab):
 def _pretrain_checkpoint(path, inputs, cfg_name, with_rel_head):
     """A reference-style pretraining checkpoint (DataParallel ``module.`` keys, fp16 floats) of the tiny
     architecture, every tensor random (unlike any fresh init)."""
-    from pretrain.function.config import load_config
+    from pretrain.task import TASK as PRETRAIN_TASK
     from pretrain.modules import MODELS
 
     opts = _network_opts(inputs.opts()) + ["NETWORK.WITH_REL_LOSS", with_rel_head, "NETWORK.IMAGE_PRETRAINED", ""]
-    cfg = load_config(os.path.join(ROOT, "cfgs", "pretrain", cfg_name), opts)
+    cfg = PRETRAIN_TASK.load_config(os.path.join(ROOT, "cfgs", "pretrain", cfg_name), opts)
     torch.manual_seed(1)
     model = MODELS.build(cfg)
     g = torch.Generator().manual_seed(2)

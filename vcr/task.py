@@ -18,10 +18,8 @@ class VCRTask(VLBertTask):
     """Visual Commonsense Reasoning: Q->A or QA->R as 4-way multiple choice (DATASET.TASK)."""
     name = "vcr"
     models = MODELS
-    host_metric_name = "Acc"
 
-    def defaults(self):
-        return vcr_defaults()
+    defaults = staticmethod(vcr_defaults)
 
     def build_metrics(self, cfg, for_training):
         """Q->A (or QA->R) accuracy 'Acc', plus the TRAIN.LOSS_LOGGERS losses while training.

@@ -9,7 +9,6 @@ import warnings
 
 from common.cli import run_main
 from common.engine import test_net
-from vcr.function.config import load_config
 from vcr.function.result_csv import merge_results
 from vcr.task import TASK
 
@@ -44,7 +43,7 @@ def _config(path, task, batch_size, args):
         opts += ["TEST.BATCH_IMAGES", str(batch_size)]
     if args.test_file is not None:
         opts += ["DATASET.TEST_ANNOTATION_FILE", args.test_file]
-    return load_config(path, opts)
+    return TASK.load_config(path, opts)
 
 
 def main():

@@ -9,7 +9,6 @@ import _init_paths  # noqa: F401
 import argparse
 
 from common.cli import run_main
-from vcr.function.config import load_config
 from vcr.function.test import val_correct
 from vcr.task import TASK
 
@@ -30,7 +29,7 @@ def main():
         if bool(cfg_path) != bool(ckpt):
             parser.error("each checkpoint needs its config: --a-cfg with --a-ckpt, --r-cfg with --r-ckpt")
         if ckpt:
-            cfg = load_config(cfg_path, args.opts)
+            cfg = TASK.load_config(cfg_path, args.opts)
             task = cfg.DATASET.TASK
             correct[task] = val_correct(TASK, cfg, ckpt)
             print("{} accuracy on val: {:.4f}".format(NAMES.get(task, task), correct[task].float().mean().item()))

@@ -57,8 +57,7 @@ class VQATask(VLBertTask):
     host_metric_name = "SoftAcc"
     value_rules = VALUE_RULES
 
-    def defaults(self):
-        return vqa_defaults()
+    defaults = staticmethod(vqa_defaults)
 
     def build_metrics(self, cfg, for_training):
         """Soft accuracy 'SoftAcc', plus the TRAIN.LOSS_LOGGERS losses while training."""

@@ -12,13 +12,12 @@ from common import distributed as cdist
 from common.cli import run_main
 from common.engine import test_net
 from vqa.function.cli import config_opts, parse_args, result_name
-from vqa.function.config import load_config
 from vqa.task import TASK
 
 
 def main(argv=None):
     args = parse_args("test", argv)
-    cfg = load_config(args.cfg, config_opts("test", args))
+    cfg = TASK.load_config(args.cfg, config_opts("test", args))
     cdist.init_distributed(args.dist, args.slurm)
     try:
         test_net(TASK, cfg, args.ckpt, args.result_path, result_name(args))

@@ -16,7 +16,6 @@ from common.engine import build_loader, inference_device, load_for_inference
 from common.evaluation import inference_on_dataset
 from vqa.data.vqa_files import load_annotations
 from vqa.function.cli import config_opts, parse_args, result_name
-from vqa.function.config import load_config
 from vqa.function.evaluation import check_results, evaluate, format_accuracy
 from vqa.function.test import Answers, result_json_path, write_result_json
 from vqa.task import TASK
@@ -24,7 +23,7 @@ from vqa.task import TASK
 
 def main(argv=None):
     args = parse_args("val", argv)
-    cfg = load_config(args.cfg, config_opts("val", args))
+    cfg = TASK.load_config(args.cfg, config_opts("val", args))
     cdist.init_distributed(args.dist, args.slurm)
     try:
         model = load_for_inference(TASK, cfg, args.ckpt, inference_device())

@@ -1,4 +1,4 @@
-"""Configuration loading: the checked YAML / ``--opts`` merge, YAML output, the per-task API.
+"""Configuration loading: the checked YAML / ``--opts`` merge, YAML output, a task's config.
 
 Life cycle of a config (in this module only; the idea of detectron2 ``config/config.py``)::
 
@@ -7,8 +7,8 @@ Life cycle of a config (in this module only; the idea of detectron2 ``config/con
         -> written as YAML into the output folder
 
 The shared defaults are in :mod:`common.config.defaults`. Each task's ``<task>/function/config.py``
-adds its own keys to ``common_defaults()`` and exposes ``config``, ``update_config(path)`` and
-``load_config(path, opts=None)``.
+adds its own keys to ``common_defaults()``; its ``Task.load_config(path, opts)`` (:func:`build_config`)
+is the one way to load a config.
 
 Bad input raises :class:`ConfigError` whose message names the file (and line), the dotted key,
 what was expected and, for an unknown key, the closest valid key; values out of range raise it
@@ -286,49 +286,35 @@ def dump_config(cfg, path):
 
 
 # --------------------------------------------------------------------------------------------- #
-# Per-task API
+# Building a task's config
 # --------------------------------------------------------------------------------------------- #
-class TaskConfig:
-    """The reference-style module API of one task, built from its defaults function.
+def build_config(defaults_fn, rules, path=None, opts=None):
+    """A fresh frozen config: ``defaults_fn()``, then the YAML at ``path`` (if any), then ``opts``, each
+    value set checked against ``rules`` (dotted key -> :class:`common.config.values.Rule`). The one
+    loader of every entry point, through :meth:`common.task.Task.load_config`.
 
-    ``config`` is a mutable module-level CfgNode and ``update_config(path)`` merges a file into
-    it, as in the reference; ``load_config(path, opts)`` returns a fresh frozen CfgNode. Both check
-    the values set against ``rules`` (dotted key -> :class:`common.config.values.Rule`, default
-    :data:`common.config.values.SHARED_RULES`).
+    Raises:
+        ConfigError: see :func:`read_yaml`, :func:`merge_dict`, :func:`merge_opts`, :func:`check_values`.
     """
+    cfg = defaults_fn()
+    sources = {}
+    if path is not None:
+        merge_file(cfg, path, sources)
+    merge_opts(cfg, opts, sources)
+    check_values(cfg, rules, sources)
+    return freeze_all(cfg)
 
-    def __init__(self, defaults_fn, rules=None):
-        self._defaults_fn = defaults_fn
-        self._rules = SHARED_RULES if rules is None else rules
-        self.config = defaults_fn()
 
-    def update_config(self, config_file):
-        """Merge ``config_file`` into the module-level ``config`` (in place, like the reference).
+def reference_api(defaults_fn, rules):
+    """``(config, update_config)`` of the reference release's ``<task>/function/config.py``, kept for
+    scripts written against it: ``config`` is a mutable CfgNode of the task defaults and
+    ``update_config(path)`` merges a file into it in place, checked like :func:`build_config`
+    (ConfigError on a bad file, key or value). Loading a config for a run goes through the Task."""
+    config = defaults_fn()
 
-        Raises:
-            ConfigError: see :func:`read_yaml`, :func:`merge_dict`, :func:`check_values`.
-        """
+    def update_config(config_file):
         sources = {}
-        merge_file(self.config, config_file, sources)
-        check_values(self.config, self._rules, sources)
+        merge_file(config, config_file, sources)
+        check_values(config, rules, sources)
 
-    def load_config(self, path=None, opts=None):
-        """A fresh frozen config: task defaults, then the YAML at ``path`` (if any), then ``opts``.
-
-        Raises:
-            ConfigError: see :func:`read_yaml`, :func:`merge_dict`, :func:`merge_opts`, :func:`check_values`.
-        """
-        cfg = self._defaults_fn()
-        sources = {}
-        if path is not None:
-            merge_file(cfg, path, sources)
-        merge_opts(cfg, opts, sources)
-        check_values(cfg, self._rules, sources)
-        return freeze_all(cfg)
-
-
-def task_api(defaults_fn, rules=None):
-    """``(config, update_config, load_config)`` of a task, for its ``function/config.py`` to export;
-    ``rules``: the task's value rules (:func:`common.config.values.task_rules`)."""
-    task = TaskConfig(defaults_fn, rules)
-    return task.config, task.update_config, task.load_config
+    return config, update_config

@@ -5,6 +5,7 @@ from common.task import Input, Task
 
 class VLBertTask(Task):
     """A :class:`common.task.Task` whose defaults include :func:`common.modeling.vlbert_config.add_vlbert_config`."""
+    partial_pretrain_key = "NETWORK.PARTIAL_PRETRAIN"
 
     def inputs(self, cfg):
         """The data folders (:meth:`common.task.Task.inputs`), then the BERT folder, the ResNet weights (unless

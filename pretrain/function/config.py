@@ -4,7 +4,7 @@ and what each key does here (``KEY_STATUS``).
 ``DATASET`` may be a list of mappings in YAML (one per data set); each entry is completed with the
 DATASET defaults below.
 """
-from common.config import common_defaults, task_api, task_rules
+from common.config import common_defaults, reference_api, task_rules
 from common.config.values import PROBABILITY, int_at_least
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 from common.modeling.vlbert_config import VLBERT_RULES, VLBERT_STATUS, add_vlbert_config
@@ -52,7 +52,8 @@ VALUE_RULES = task_rules({
     "NETWORK.VLBERT.visual_region_classes": int_at_least(1),
 }, (VLBERT_RULES,))
 
-config, update_config, load_config = task_api(pretrain_defaults, VALUE_RULES)
+# The reference's module API (load a config for a run with the Task's load_config).
+config, update_config = reference_api(pretrain_defaults, VALUE_RULES)
 
 _NOT_IN_MODEL = "the pretraining models do not read it (nor did the reference's)"
 _NOT_IN_DATA = "the pretraining data sets do not read it (nor did the reference's)"

@@ -3,7 +3,7 @@
 The data set (``refcoco.data``), the model (``refcoco.modules``) and the metrics (``refcoco.metrics``) read
 these keys; ``KEY_STATUS`` says what each key does here (see :mod:`common.config_keys`).
 """
-from common.config import common_defaults, task_api, task_rules
+from common.config import common_defaults, reference_api, task_rules
 from common.config.values import PROBABILITY
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 from common.modeling.vlbert_config import (VISUAL_SCALE_RULES, VISUAL_SCALE_STATUS, VLBERT_RULES, VLBERT_STATUS,
@@ -28,7 +28,8 @@ def refcoco_defaults():
 # Valid values of the numeric keys that RefCOCO+'s model reads (common.config.values).
 VALUE_RULES = task_rules({"NETWORK.CLASSIFIER_DROPOUT": PROBABILITY}, (VLBERT_RULES, VISUAL_SCALE_RULES))
 
-config, update_config, load_config = task_api(refcoco_defaults, VALUE_RULES)
+# The reference's module API (load a config for a run with the Task's load_config).
+config, update_config = reference_api(refcoco_defaults, VALUE_RULES)
 
 _NOT_READ = "the RefCOCO+ data set and model do not read it (the reference's neither)"
 _VQA_KEY = "a VQA answer-vocabulary key; RefCOCO+ has no answer vocabulary (the reference's neither)"

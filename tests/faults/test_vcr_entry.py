@@ -18,7 +18,7 @@ from common.modeling.module import RandomInitWarning
 from tests.conftest import ROOT
 from tests.faults import vcr_data
 from tests.faults.test_unsafe_files import payloads, refused, write_evil
-from vcr.function.config import load_config
+from vcr.task import TASK as VCR_TASK
 from common import engine
 from vcr.task import TASK as VCR_TASK
 
@@ -107,7 +107,7 @@ def test_image_pretrained_that_runs_code_is_refused(tiny_vcr, tmp_path, capsys, 
 @pytest.fixture(scope="module")
 def checkpoint(tiny_vcr, tmp_path_factory):
     """A checkpoint of the tiny VCR model (weights as built: inference only needs them loaded)."""
-    cfg = load_config(vcr_data.CFG, tiny_vcr[1])
+    cfg = VCR_TASK.load_config(vcr_data.CFG, tiny_vcr[1])
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RandomInitWarning)
@@ -127,7 +127,7 @@ def test_val_does_not_warn_about_random_weights(tiny_vcr, checkpoint, capsys, mo
 
 
 def test_test_csv_does_not_warn_about_random_weights(tiny_vcr, checkpoint, tmp_path):
-    cfg = load_config(vcr_data.CFG, tiny_vcr[1] + ["DATASET.TASK", "Q2A"])
+    cfg = VCR_TASK.load_config(vcr_data.CFG, tiny_vcr[1] + ["DATASET.TASK", "Q2A"])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         path = engine.test_net(VCR_TASK, cfg, checkpoint, str(tmp_path), "tiny")

@@ -257,7 +257,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     try:
         args = train_argument_parser("tiny fault-test task").parse_args(argv)
-        train_net(args, config_from_args(args, TINY_TASK.load_config), TINY_TASK)
+        train_net(args, config_from_args(args, TINY_TASK), TINY_TASK)
     finally:
         torch.set_num_threads(threads)
 

@@ -1,6 +1,6 @@
 """VCR config: the shared defaults plus VCR's own keys (reference ``vcr/function/config.py``), and
 what each key does here (``KEY_STATUS``, see :mod:`common.config_keys`)."""
-from common.config import common_defaults, task_api, task_rules
+from common.config import common_defaults, reference_api, task_rules
 from common.config.values import PROBABILITY, int_at_least, number_above, number_at_least, one_of
 from common.config_keys import DONE, key_checker, refused, refused_if, task_key_status, warned
 from common.modeling.vlbert_config import (VISUAL_SCALE_RULES, VISUAL_SCALE_STATUS, VLBERT_RULES, VLBERT_STATUS,
@@ -45,7 +45,8 @@ VALUE_RULES = task_rules({
     "NETWORK.CNN_REG_DROPOUT": PROBABILITY,
 }, (VLBERT_RULES, VISUAL_SCALE_RULES))
 
-config, update_config, load_config = task_api(vcr_defaults, VALUE_RULES)
+# The reference's module API (load a config for a run with the Task's load_config).
+config, update_config = reference_api(vcr_defaults, VALUE_RULES)
 
 # Keys of the VL-BERT group that VCR reads or refuses, and VCR's own keys.
 KEY_STATUS = task_key_status(vcr_defaults(), {

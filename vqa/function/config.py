@@ -1,6 +1,6 @@
 """VQA config: the shared defaults plus VQA's own keys (reference ``vqa/function/config.py``), and what
 each key does here (``KEY_STATUS``)."""
-from common.config import common_defaults, task_api, task_rules
+from common.config import common_defaults, reference_api, task_rules
 from common.config.values import PROBABILITY, int_at_least, one_of
 from common.config_keys import DONE, key_checker, refused, refused_if, task_key_status, warned
 from common.modeling.vlbert_config import (VISUAL_SCALE_RULES, VISUAL_SCALE_STATUS, VLBERT_RULES, VLBERT_STATUS,
@@ -24,7 +24,8 @@ VALUE_RULES = task_rules({
     "NETWORK.CLASSIFIER_DROPOUT": PROBABILITY,
 }, (VLBERT_RULES, VISUAL_SCALE_RULES))
 
-config, update_config, load_config = task_api(vqa_defaults, VALUE_RULES)
+# The reference's module API (load a config for a run with the Task's load_config).
+config, update_config = reference_api(vqa_defaults, VALUE_RULES)
 
 _NOT_IN_VQA_MODEL = "the VQA model does not read it (nor did the reference's)"
 _NOT_IN_VQA_DATA = "the VQA data set does not read it (nor did the reference's): splits are DATASET.*_IMAGE_SET"
