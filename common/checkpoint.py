@@ -438,6 +438,7 @@ class Checkpointer:
         self.scaler = scaler
         self.lr_scheduler = lr_scheduler
         self.validation_monitor = validation_monitor
+        self.saved_at = None  # (epoch, epoch_batch) of the last save: a stop there need not save again
 
     def save(self, paths, train_state):
         """Write the checkpoint of the run at ``train_state`` to ``paths`` (see :func:`save_checkpoint`:
@@ -449,6 +450,7 @@ class Checkpointer:
         save_checkpoint(paths, self.model, self.optimizer, validation_monitor=self.validation_monitor,
                         scaler=self.scaler, lr_scheduler=self.lr_scheduler, train_state=train_state,
                         config=self.config)
+        self.saved_at = (train_state["epoch"], train_state["epoch_batch"])
 
     def resume(self, train_cfg, steps_per_epoch=None):
         """TRAIN.RESUME / TRAIN.AUTO_RESUME into the held objects; see :func:`resume_training`.
