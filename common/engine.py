@@ -30,7 +30,7 @@ from common.hooks.speedometer import Speedometer
 from common.hooks.summary import RunSummary
 from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
-from common.lr_scheduler import build_lr_scheduler, updates_per_epoch
+from common.lr_scheduler import build_lr_scheduler, resume_lr_scheduler, updates_per_epoch
 from common.modeling.module import held_random_init_warnings, warn_random_init
 from common.optim import build_optimizer
 from common.partial_pretrain import load_partial_pretrain
@@ -166,15 +166,18 @@ def train_net(args, cfg, task):
     steps_per_epoch = updates_per_epoch(len(train_loader), train_cfg.GRAD_ACCUMULATE_STEPS)
     checkpointer = Checkpointer(model, optimizer, prefix, config=cfg, scaler=scaler, lr_scheduler=lr_scheduler,
                                 validation_monitor=validation)
+    base_lrs = [group["initial_lr"] for group in optimizer.param_groups]  # the config's; a checkpoint replaces them
     resumed = checkpointer.resume(train_cfg, steps_per_epoch=steps_per_epoch)
     state = None
     if resumed is None:
         warn_random_init(model, random_parts)
     else:
         state = resumed.state
-        if "lr_scheduler" not in resumed.restored:  # a reference checkpoint: position the schedule
-            lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader), begin_step=state["global_step"])
-            checkpointer.lr_scheduler = lr_scheduler
+        # The config's schedule at the checkpoint's step; of the saved scheduler only its progress stays.
+        lr_scheduler = resume_lr_scheduler(cfg, optimizer, len(train_loader), state["global_step"], base_lrs,
+                                           lr_scheduler if "lr_scheduler" in resumed.restored else None,
+                                           resumed.config)
+        checkpointer.lr_scheduler = lr_scheduler
 
     net = compile_forward(model, train_cfg.COMPILE)
     if world_size > 1:
