@@ -5,11 +5,13 @@ A second signal exits at once, without a checkpoint.
 """
 import os
 import signal
+import subprocess
 
 import pytest
 
 from common.preemption import PREEMPTED_EXIT_CODE
-from tests.faults import harness
+from tests.conftest import ROOT
+from tests.faults import harness, tiny_task
 
 # The paper configs save no mid-epoch checkpoints: the one the stop writes is the only one.
 NO_STEP_FILES = ("TRAIN.CHECKPOINT_STEPS", 0)
@@ -81,3 +83,26 @@ def test_signal_on_one_of_two_ranks_stops_both_at_one_step(tiny_cfg, tmp_path):
     assert "preempted: stopped at epoch 0, batch 6" in log
     assert harness.checkpoint_names(work) == ["tiny-0000-b0000006.model"]
     resume_to_end(tiny_cfg, work, clean_state, nprocs=2)
+
+
+@pytest.mark.slow
+def test_slurm_launcher_requeues_a_preempted_job(tiny_cfg, tmp_path):
+    # a fake srun running one task with SLURM's variables, a fake scontrol recording a requeue
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(
+        "#!/usr/bin/env bash\nwhile [ $# -gt 0 ]; do case \"$1\" in -p) shift 2;; -*) shift;; *) break;; esac; done\n"
+        "SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0 SLURM_NODELIST=node1 exec \"$@\"\n")
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\nif [ \"$1\" = requeue ]; then echo \"$*\" > \"$(dirname \"$0\")/requeued\"; else echo 127.0.0.1; fi\n")
+    for name in ("srun", "scontrol"):
+        (bin_dir / name).chmod(0o755)
+    env = dict(os.environ, PATH="{}:{}".format(bin_dir, os.environ["PATH"]), SLURM_JOB_ID="4242",
+               FAULT_SIGNAL_AT_BATCH="3:USR1")
+    proc = subprocess.run([os.path.join(ROOT, "scripts", "dist_run_slurm.sh"), "part", "job", tiny_task.SCRIPT,
+                           tiny_cfg, str(tmp_path / "w"), "1", "--opts"] + [str(o) for o in NO_STEP_FILES],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == PREEMPTED_EXIT_CODE, (proc.stdout + proc.stderr)[-3000:]
+    assert "preempted: checkpoint saved; requeueing job 4242" in proc.stderr
+    assert (bin_dir / "requeued").read_text().strip() == "requeue 4242"
+    assert harness.checkpoint_names(tmp_path / "w") == ["tiny-0000-b0000004.model"]
