@@ -20,7 +20,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
 import torch
 import yaml
@@ -329,10 +329,12 @@ def find_resume_checkpoint(prefix, begin_epoch, end_epoch, resume=False, auto_re
 
 @dataclass
 class ResumeInfo:
-    """What :func:`resume_training` restored: the file, the loop position and the keys loaded."""
+    """What :func:`resume_training` restored: the file, the loop position, the keys loaded and the
+    file's ``config`` YAML text (None when it has none)."""
     path: str
     state: dict
     restored: List[str]
+    config: Optional[str] = None
 
 
 def _train_state_of(ckpt, path, steps_per_epoch):
@@ -385,8 +387,8 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
             used for ``global_step`` of a reference checkpoint, which does not store it.
     Returns:
         None when nothing was resumed, else :class:`ResumeInfo`; pass ``info.state`` as
-        ``train(..., state=...)``. Without ``'lr_scheduler'`` in ``info.restored`` (reference
-        checkpoints) rebuild the scheduler at ``last_epoch = info.state['global_step'] - 1``.
+        ``train(..., state=...)``, and rebuild the scheduler from the config at ``info.state['global_step']``
+        (:func:`common.lr_scheduler.resume_lr_scheduler`).
     Raises:
         FileNotFoundError, CheckpointError: TRAIN.RESUME and the file is absent or unusable;
             AUTO_RESUME and every checkpoint is unreadable; a chosen checkpoint that does not fit
@@ -407,7 +409,7 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
     state = _train_state_of(ckpt, path, steps_per_epoch)
     logger.info("Resumed from %s: epoch %d, batch %d, optimizer step %d", path, state["epoch"],
                 state["epoch_batch"], state["global_step"])
-    return ResumeInfo(path, state, restored)
+    return ResumeInfo(path, state, restored, ckpt.get("config"))
 
 
 class Checkpointer:
@@ -438,6 +440,7 @@ class Checkpointer:
         self.scaler = scaler
         self.lr_scheduler = lr_scheduler
         self.validation_monitor = validation_monitor
+        self.saved_at = None  # (epoch, epoch_batch) of the last save: a stop there need not save again
 
     def save(self, paths, train_state):
         """Write the checkpoint of the run at ``train_state`` to ``paths`` (see :func:`save_checkpoint`:
@@ -449,6 +452,7 @@ class Checkpointer:
         save_checkpoint(paths, self.model, self.optimizer, validation_monitor=self.validation_monitor,
                         scaler=self.scaler, lr_scheduler=self.lr_scheduler, train_state=train_state,
                         config=self.config)
+        self.saved_at = (train_state["epoch"], train_state["epoch_batch"])
 
     def resume(self, train_cfg, steps_per_epoch=None):
         """TRAIN.RESUME / TRAIN.AUTO_RESUME into the held objects; see :func:`resume_training`.

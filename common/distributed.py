@@ -180,6 +180,17 @@ def barrier():
         dist.barrier()
 
 
+def any_rank(flag: bool) -> bool:
+    """True on every rank when ``flag`` is True on at least one (a MAX all-reduce of one int, on the
+    GPU under NCCL); ``flag`` itself in a single process."""
+    if get_world_size() == 1:
+        return bool(flag)
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    value = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
 def all_gather(obj):
     """List of every rank's picklable ``obj``, indexed by rank (``[obj]`` in a single process)."""
     if get_world_size() == 1:

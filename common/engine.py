@@ -24,16 +24,17 @@ from common.compile import compile_forward
 from common.data.build import make_dataloader
 from common.data.multitask import MultiTaskDataLoader, dataset_configs
 from common.evaluation import MetricEvaluator, inference_on_dataset
-from common.hooks.checkpoint import checkpoint_hooks
+from common.hooks.checkpoint import PreemptionCheckpoint, checkpoint_hooks
 from common.hooks.lr_scheduler import LRSchedulerHook
 from common.hooks.speedometer import Speedometer
 from common.hooks.summary import RunSummary
 from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
-from common.lr_scheduler import build_lr_scheduler, updates_per_epoch
+from common.lr_scheduler import build_lr_scheduler, resume_lr_scheduler, updates_per_epoch
 from common.modeling.module import held_random_init_warnings, warn_random_init
 from common.optim import build_optimizer
 from common.partial_pretrain import load_partial_pretrain
+from common.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
 from common.trainer import Trainer
 
 # Apex's floor for the dynamic loss scale in the reference's amp.initialize call.
@@ -133,6 +134,9 @@ def train_net(args, cfg, task):
         task: the :class:`common.task.Task`.
     Returns:
         (rank, model): the rank of this process and the trained model (unwrapped from DDP).
+    Raises:
+        SystemExit: code :data:`common.preemption.PREEMPTED_EXIT_CODE` after SIGTERM / SIGUSR1, once the
+            checkpoint of the step where every rank stopped is written (:mod:`common.preemption`).
     """
     task.check_config(cfg, args.cfg)
     check_inputs(task, cfg)
@@ -162,15 +166,18 @@ def train_net(args, cfg, task):
     steps_per_epoch = updates_per_epoch(len(train_loader), train_cfg.GRAD_ACCUMULATE_STEPS)
     checkpointer = Checkpointer(model, optimizer, prefix, config=cfg, scaler=scaler, lr_scheduler=lr_scheduler,
                                 validation_monitor=validation)
+    base_lrs = [group["initial_lr"] for group in optimizer.param_groups]  # the config's; a checkpoint replaces them
     resumed = checkpointer.resume(train_cfg, steps_per_epoch=steps_per_epoch)
     state = None
     if resumed is None:
         warn_random_init(model, random_parts)
     else:
         state = resumed.state
-        if "lr_scheduler" not in resumed.restored:  # a reference checkpoint: position the schedule
-            lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader), begin_step=state["global_step"])
-            checkpointer.lr_scheduler = lr_scheduler
+        # The config's schedule at the checkpoint's step; of the saved scheduler only its progress stays.
+        lr_scheduler = resume_lr_scheduler(cfg, optimizer, len(train_loader), state["global_step"], base_lrs,
+                                           lr_scheduler if "lr_scheduler" in resumed.restored else None,
+                                           resumed.config)
+        checkpointer.lr_scheduler = lr_scheduler
 
     net = compile_forward(model, train_cfg.COMPILE)
     if world_size > 1:
@@ -190,14 +197,19 @@ def train_net(args, cfg, task):
                          epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
     hooks += checkpoint_hooks(checkpointer, cfg)
     hooks.append(RunSummary())
+    guard = PreemptionGuard()
+    hooks.append(PreemptionCheckpoint(checkpointer, guard))
     trainer = Trainer(net, optimizer, train_loader, scaler=scaler, autocast=autocast, hooks=hooks,
                       metrics=task.build_metrics(cfg, True), lr_scheduler=lr_scheduler, writer=writer,
                       rank=rank, grad_accumulate_steps=train_cfg.GRAD_ACCUMULATE_STEPS,
                       clip_grad_norm=train_cfg.CLIP_GRAD_NORM, max_consecutive_skips=train_cfg.MAX_CONSECUTIVE_SKIPS,
                       logger=logger)
     try:
-        trainer.train(train_cfg.BEGIN_EPOCH, train_cfg.END_EPOCH, state)
+        with guard:
+            trainer.train(train_cfg.BEGIN_EPOCH, train_cfg.END_EPOCH, state)
         cdist.barrier()  # all ranks finish before the group is destroyed (a rank leaving early aborts the others)
+    except Preempted:
+        raise SystemExit(PREEMPTED_EXIT_CODE) from None  # the hook logged where it stopped
     finally:
         if writer is not None:
             writer.close()

@@ -7,12 +7,19 @@ updates per epoch (a last short group is stepped too), so epoch boundaries in th
 
 The trainer steps a schedule after each applied optimizer step, so update number ``s``
 (0-based, counted over the whole run) uses ``base_lr x factor(s)``.
+
+On resume the config's schedule is the truth, positioned at the checkpoint's ``global_step``
+(:func:`resume_lr_scheduler`): a raised END_EPOCH, a new LR, LR_STEP or warmup take effect, and the
+log names each schedule key that differs from the checkpoint's config.
 """
 import math
 from bisect import bisect_right
 
 import torch
+import yaml
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+
+from common.logs import get_logger
 
 SCHEDULES = ("step", "triangle", "cosine", "plateau")
 WARMUP_METHODS = ("constant", "linear")
@@ -190,3 +197,56 @@ def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, batches_per_epoch:
                                  warmup_factor=train.WARMUP_FACTOR, warmup_iters=warmup_steps,
                                  warmup_method=train.WARMUP_METHOD, last_epoch=begin_step - 1)
     raise ValueError("TRAIN.LR_SCHEDULE: expected one of {}, got {!r}".format(SCHEDULES, train.LR_SCHEDULE))
+
+
+# TRAIN keys that shape the LR of an optimizer step (LR and BATCH_IMAGES: the base LR; END_EPOCH and
+# GRAD_ACCUMULATE_STEPS: where epochs and the end fall in steps).
+SCHEDULE_KEYS = ("LR", "LR_MULT", "BATCH_IMAGES", "LR_SCHEDULE", "LR_STEP", "LR_FACTOR", "LR_MIN", "WARMUP",
+                 "WARMUP_METHOD", "WARMUP_FACTOR", "WARMUP_STEPS", "END_EPOCH", "GRAD_ACCUMULATE_STEPS")
+# What a resumed schedule keeps of the checkpoint's: the run's progress, never its settings.
+_PROGRESS = ("_step_count", "best", "num_bad_epochs", "cooldown_counter", "last_epoch")
+
+
+def schedule_changes(saved_config: str, cfg) -> list:
+    """``[(key, old, new)]`` for each :data:`SCHEDULE_KEYS` key of ``TRAIN`` whose value in the YAML text
+    ``saved_config`` (a checkpoint's ``config``) differs from ``cfg``'s; keys the text lacks are left out."""
+    from common.config import to_plain  # the config package imports this module's users
+
+    saved = (yaml.safe_load(saved_config) or {}).get("TRAIN", {}) if saved_config else {}
+    current = to_plain(cfg.TRAIN)
+    return [("TRAIN." + key, saved[key], current[key]) for key in SCHEDULE_KEYS
+            if key in saved and key in current and saved[key] != current[key]]
+
+
+def resume_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, batches_per_epoch: int, global_step: int,
+                        base_lrs, restored=None, saved_config: str = None):
+    """The config's schedule at optimizer step ``global_step``, after a checkpoint's optimizer state was loaded.
+
+    Every schedule is rebuilt from ``cfg`` (:func:`build_lr_scheduler` with ``begin_step=global_step``)
+    on the config's base LRs: the checkpoint's ``initial_lr`` entries are replaced by ``base_lrs``. Of the
+    checkpoint's scheduler (``restored``, loaded from the file; None: the file had none) only the progress
+    carries over: the plateau's best value, bad epochs and cooldown (its factor comes from the config; the
+    reductions made so far scale the config's LR) and the step count. Each key of
+    :func:`schedule_changes` is logged as a warning with its old and new value.
+
+    Args:
+        base_lrs: each param group's base LR as the config gives it (``initial_lr`` before loading).
+        saved_config: the checkpoint's ``config`` YAML text, or None.
+    Returns:
+        the scheduler (see :func:`build_lr_scheduler`).
+    """
+    logger = get_logger("lr_scheduler")
+    for key, old, new in schedule_changes(saved_config, cfg):
+        logger.warning("%s changed since the checkpoint: %s -> %s; the LR schedule follows the config from "
+                       "optimizer step %d", key, old, new, global_step)
+    plateau = cfg.TRAIN.LR_SCHEDULE == "plateau" and isinstance(restored, ReduceLROnPlateau)
+    for group, base in zip(optimizer.param_groups, base_lrs):
+        if plateau and group.get("initial_lr", base) != base:
+            group["lr"] = group["lr"] / group["initial_lr"] * base
+        group["initial_lr"] = base
+    scheduler = build_lr_scheduler(cfg, optimizer, batches_per_epoch, begin_step=global_step)
+    if type(restored) is type(scheduler):
+        for name in _PROGRESS:
+            if hasattr(restored, name):
+                setattr(scheduler, name, getattr(restored, name))
+    return scheduler

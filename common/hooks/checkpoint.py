@@ -5,8 +5,11 @@ Both run on every rank (the RNG states of all ranks are gathered into the file);
 The TensorBoard writer is flushed before each file is written, so the points up to a checkpoint outlive a
 crash after it (a resumed run hides the later ones, see ``purge_step`` in common/engine.py).
 """
+from common import distributed as cdist
 from common.checkpoint import (best_checkpoint_path, epoch_checkpoint_path, prune_step_checkpoints,
                                step_checkpoint_path)
+from common.logs import get_logger
+from common.preemption import PREEMPTED_EXIT_CODE, Preempted
 from common.train_state import tried_steps
 
 from .base import HookBase
@@ -68,6 +71,48 @@ class StepCheckpoint(HookBase):
             return
         _save(self.checkpointer, step_checkpoint_path(prefix, state["epoch"], state["epoch_batch"]), ctx)
         prune_step_checkpoints(prefix, self.keep)
+
+
+class PreemptionCheckpoint(HookBase):
+    """Hook: stop for a :class:`common.preemption.PreemptionGuard` request, with a checkpoint.
+
+    At each step boundary (``after_batch`` of a micro-batch that ended a group) and each epoch end but
+    the last, the ranks agree through one MAX all-reduce of the pending flag (:func:`common.distributed.any_rank`),
+    so a signal that reached one rank stops all of them at the same step. Then every rank saves
+    ``{prefix}-{epoch:04d}-b{batches:07d}.model`` of the current position (not again when a checkpoint hook
+    has just saved it), waits until rank 0 has written it, and raises :class:`common.preemption.Preempted`.
+    A signal during validation lets the validation end: the stop comes after the epoch's checkpoint.
+    Put it after the other checkpoint hooks.
+    """
+
+    def __init__(self, checkpointer, guard):
+        self.checkpointer = checkpointer
+        self.guard = guard
+
+    def after_batch(self, ctx):
+        if ctx.step_ended:
+            self._stop_if_requested(ctx)
+
+    def after_epoch(self, ctx):
+        if ctx.epoch + 1 < ctx.end_epoch:  # after the last epoch the run is complete
+            self._stop_if_requested(ctx)
+
+    def _stop_if_requested(self, ctx):
+        if not cdist.any_rank(self.guard.requested is not None):
+            return
+        self.guard.reached()
+        state = ctx.state
+        position = (state["epoch"], state["epoch_batch"])
+        path = step_checkpoint_path(self.checkpointer.prefix, *position)
+        if self.checkpointer.saved_at != position:
+            _save(self.checkpointer, path, ctx)
+        cdist.barrier()  # no rank exits (and gets its peers killed) before rank 0 has written the file
+        message = ("preempted: stopped at epoch {}, batch {}, optimizer step {}; checkpoint saved, exiting with "
+                   "code {} (TRAIN.AUTO_RESUME continues from it)".format(*position, state["global_step"],
+                                                                          PREEMPTED_EXIT_CODE))
+        if ctx.is_main:
+            get_logger("preemption").warning(message)
+        raise Preempted(message)
 
 
 def checkpoint_hooks(checkpointer, cfg):

@@ -13,8 +13,11 @@ sampler's seed), so an inexact resume shows in the final weights.
 Faults for the tests, from environment variables or :func:`install_faults` (counted in this process,
 1-based):
     FAULT_KILL_AT_BATCH=n       SIGKILL at the start of the n-th training micro-batch
+    FAULT_SIGNAL_AT_BATCH=n:SIG send SIG (TERM, USR1) to itself at the start of the n-th training micro-batch;
+                                several n:SIG pairs, comma-separated, send several
     FAULT_DIE_RANK=r            ... only on rank r (default: whatever the rank)
     FAULT_KILL_AT_VAL_BATCH=n   SIGKILL at the n-th validation batch
+    FAULT_SIGNAL_AT_VAL_BATCH=n:SIG  send SIG to itself at the n-th validation batch
     FAULT_KILL_IN_SAVE=n        SIGKILL halfway through writing the n-th checkpoint file
     FAULT_SAVE_ERROR=ENOSPC:n   from the n-th checkpoint file on, writing fails: ENOSPC (the device is
                                 full after 1 kB of the file) or EACCES (the folder refuses new files)
@@ -159,6 +162,7 @@ class TinyNet(Module):
         self.val_batches += 1
         if self.val_batches == _fault_int("FAULT_KILL_AT_VAL_BATCH"):
             os.kill(os.getpid(), signal.SIGKILL)
+        _send_signals("FAULT_SIGNAL_AT_VAL_BATCH", self.val_batches)
         return {"label_logits": self.mlp(x)}
 
 
@@ -185,11 +189,21 @@ TINY_TASK = TinyTask()
 def on_train_batch(n):
     rank = int(os.environ.get("RANK", 0))
     die_rank = _fault_int("FAULT_DIE_RANK")
-    if n == _fault_int("FAULT_KILL_AT_BATCH") and die_rank in (None, rank):
-        os.kill(os.getpid(), signal.SIGKILL)
+    if die_rank in (None, rank):
+        if n == _fault_int("FAULT_KILL_AT_BATCH"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        _send_signals("FAULT_SIGNAL_AT_BATCH", n)
     if "FAULT_RSS_LOG" in FAULTS and n % 100 == 0:
         with open(FAULTS["FAULT_RSS_LOG"], "a") as f:
             f.write("{} {}\n".format(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+
+
+def _send_signals(name, n):
+    """Send this process the signals that the fault ``name`` ('n:SIG,n:SIG...') schedules at count ``n``."""
+    for pair in filter(None, FAULTS.get(name, "").split(",")):
+        at, sig = pair.split(":")
+        if int(at) == n:
+            os.kill(os.getpid(), getattr(signal, "SIG" + sig))
 
 
 class _FullDevice(io.FileIO):
