@@ -45,7 +45,7 @@ import torch
 from tqdm import tqdm
 
 from common.amp import LossScaler
-from common.data.collate import Batch
+from common.data.collate import Batch, num_samples
 from common.distributed import get_world_size
 from common.errors import UserInputError
 from common.logs import get_logger
@@ -74,14 +74,6 @@ def to_device(batch, device):
     if isinstance(batch, (list, tuple)):
         return [to_device(b, device) for b in batch]
     return batch
-
-
-def _num_samples(batch) -> int:
-    """Size of dim 0 of the first tensor in the batch (0 if there is none)."""
-    for b in batch:
-        if isinstance(b, torch.Tensor) and b.dim() > 0:
-            return b.shape[0]
-    return 0
 
 
 class Trainer:
@@ -210,6 +202,7 @@ class Trainer:
                             "epoch is normalised by its size") from None
         ctx.batches_per_epoch = n
         consumed = getattr(getattr(self.loader, "batch_sampler", None), "consumed", None)
+        count = getattr(self.loader, "num_samples", num_samples)  # a multi-task loader counts all its data sets
         bar = tqdm(total=n, initial=start, desc="Epoch {}".format(epoch), leave=False, dynamic_ncols=True,
                    disable=not (ctx.is_main and sys.stdout.isatty()))
         micro_batch = start - 1
@@ -249,7 +242,7 @@ class Trainer:
             if step_ended:
                 self._call("after_step")
             # Written after the LR hook's after_step: the recorded LR is the one the next step uses.
-            ctx.record.write_micro_batch(_num_samples(batch), (t0 - end, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4),
+            ctx.record.write_micro_batch(count(batch), (t0 - end, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4),
                                          t5 - clock)
             clock = t5
             if step_ended:

@@ -94,3 +94,22 @@ def test_dataset_configs_split_the_lists():
     bad = load_config(cfg_path("base_prec_4x16G_fp32.yaml"), ["TRAIN.BATCH_IMAGES", "[3, 5, 7]"])
     with pytest.raises(MultiTaskConfigError, match=r"my.yaml: TRAIN.BATCH_IMAGES has 3 entries for 2 DATASET"):
         dataset_configs(bad, "my.yaml")
+
+
+def test_the_step_record_counts_the_samples_of_every_data_set():
+    """Throughput and TensorBoard count each step's samples of all data sets: 2 + 2 + 3 per full step."""
+    from common.trainer import Trainer
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, *batch):
+            return {}, self.w * sum(b.float().sum() for b in batch) * 0
+
+    net = Net()
+    trainer = Trainer(net, torch.optim.SGD(net.parameters(), lr=0.1), multitask())
+    trainer.train(0, 1)
+    # first loader: 7 samples in batches 2, 2, 2, 1; second: 2 a batch; third: 3
+    assert trainer.ctx.record.total_samples == 7 + 4 * 2 + 4 * 3
