@@ -97,7 +97,7 @@ def test_dataset_configs_split_the_lists():
 
 
 def test_the_step_record_counts_the_samples_of_every_data_set():
-    """Throughput and TensorBoard count each step's samples of all data sets: 2 + 2 + 3 per full step."""
+    """Throughput and TensorBoard count each step's samples of all data sets, not the first one's only."""
     from common.trainer import Trainer
 
     class Net(torch.nn.Module):
@@ -111,5 +111,5 @@ def test_the_step_record_counts_the_samples_of_every_data_set():
     net = Net()
     trainer = Trainer(net, torch.optim.SGD(net.parameters(), lr=0.1), multitask())
     trainer.train(0, 1)
-    # first loader: 7 samples in batches 2, 2, 2, 1; second: 2 a batch; third: 3
-    assert trainer.ctx.record.total_samples == 7 + 4 * 2 + 4 * 3
+    # 4 steps: first loader 2, 2, 2, 1 (7 samples); second 2, 2, 1, 2 (5 samples cycling); third 3 each
+    assert trainer.ctx.record.total_samples == 7 + 7 + 4 * 3
