@@ -292,8 +292,9 @@ def restore_checkpoint(ckpt, model, optimizer=None, scaler=None, lr_scheduler=No
     if restore_rng and ckpt.get("rng"):
         states, rank = ckpt["rng"], cdist.get_rank()
         if len(states) != cdist.get_world_size():
-            logger.warning("%s holds RNG states of %d ranks, this run has %d: using rank 0's",
-                           source, len(states), cdist.get_world_size())
+            logger.warning("%s holds RNG states of %d ranks, this run has %d: using rank 0's (the rest of the "
+                           "epoch still trains each sample once; random draws such as dropout differ from a run "
+                           "on %d)", source, len(states), cdist.get_world_size(), len(states))
             rank = 0
         set_rng_state(states[rank])
         restored.append("rng")

@@ -5,7 +5,9 @@ log line (:mod:`common.hooks.speedometer`), TensorBoard (:mod:`common.hooks.tens
 run summary (:mod:`common.hooks.summary`) read it. A reader that reports over a window (a log line
 every N batches, a TensorBoard point every N steps) keeps a :meth:`StepRecord.mark` and asks
 :meth:`StepRecord.since` / :meth:`StepRecord.samples_per_s` for the figures since then, so there is
-one counter of tried steps, one training clock and one throughput formula.
+one counter of tried steps, one training clock and one throughput formula. The log line's window
+(:class:`LogWindow`, every ``LOG_FREQUENT`` micro-batches) is the one both the log line and TensorBoard
+report, so their samples/s is one figure.
 """
 import resource
 from dataclasses import dataclass, field
@@ -97,3 +99,36 @@ class StepRecord:
         """Samples of all ranks per training second since ``mark`` (the one throughput formula)."""
         window = self.since(mark)
         return window.samples * self.world_size / max(window.seconds, 1e-9)
+
+
+class LogWindow:
+    """The log line's window: ``LOG_FREQUENT`` counts micro-batches, by their index in the epoch.
+
+    :meth:`update` is called once per micro-batch, after the record is written. At the first micro-batch
+    of an epoch (or of a resumed run) it starts a window and returns ``("start", None, None)``; at every
+    other micro-batch index that is a multiple of ``frequent`` it returns ``("log", window, samples_per_s)``
+    over the micro-batches since the last one and starts the next window; else ``(None, None, None)``.
+
+    Args:
+        frequent: micro-batches between log points (LOG_FREQUENT, >= 1).
+    Raises:
+        ValueError: ``frequent`` < 1.
+    """
+
+    def __init__(self, frequent: int):
+        if frequent < 1:
+            raise ValueError("LOG_FREQUENT must be >= 1, got {}".format(frequent))
+        self.frequent = frequent
+        self.epoch = None
+        self.mark = None
+
+    def update(self, record: StepRecord, epoch: int, micro_batch: int):
+        """See the class docstring: ``(kind, Window or None, samples/s of all ranks or None)``."""
+        if epoch != self.epoch:
+            self.epoch, self.mark = epoch, record.mark()
+            return "start", None, None
+        if micro_batch % self.frequent:
+            return None, None, None
+        window, speed = record.since(self.mark), record.samples_per_s(self.mark)
+        self.mark = record.mark()
+        return "log", window, speed

@@ -22,10 +22,15 @@ Resume contract (``common/checkpoint.py`` and the checkpoint hooks rely on it)
 * The loop's progress is the plain dict of :mod:`common.train_state` (``epoch``,
   ``epoch_batch``, ``global_step`` = applied optimizer steps, ...).
 * ``train(begin_epoch, end_epoch, state)`` resumes: training starts at ``state['epoch']``
-  (``begin_epoch`` is ignored) and, when ``state['epoch_batch'] = m > 0``, skips the first m
-  batches of that epoch: through ``loader.batch_sampler.skip(m)`` when the batch sampler has it
-  (one-shot; ``len(loader)`` stays the full epoch), else by drawing and dropping m batches.
-  ``batch_sampler.set_epoch`` is called before skipping.
+  (``begin_epoch`` is ignored) and, when ``state['epoch_batch'] = m > 0``, goes on after what the
+  interrupted run trained of that epoch. When the state records its world size and the batch sampler
+  has ``resume``: ``resume(state['epoch_units'], m)``, the rest of the epoch's global order re-sharded
+  over this run's ranks, whatever their number (micro-batch indices go on from m; ``len(loader)`` is
+  read after it, since it changes with the world size). Otherwise, on the same world size only:
+  ``batch_sampler.skip(m)`` when it has it, else drawing and dropping m batches; a different world
+  size then stops with :class:`WorldSizeChangeError`. ``batch_sampler.set_epoch`` is called first.
+* ``state['epoch_units']`` is kept current at every micro-batch (``batch_sampler.consumed``, int
+  arithmetic) and ``state['world_size']`` is this run's, so any mid-epoch checkpoint resumes so.
 * Gradients of an unfinished accumulation group are not saved, so a mid-epoch checkpoint must be
   taken at a group end (``ctx.step_ended``). Then ``epoch_batch`` is a multiple of k and the
   groups after resume line up with an uninterrupted run.
@@ -40,8 +45,9 @@ import torch
 from tqdm import tqdm
 
 from common.amp import LossScaler
-from common.data.collate import Batch
+from common.data.collate import Batch, num_samples
 from common.distributed import get_world_size
+from common.errors import UserInputError
 from common.logs import get_logger
 from common.hooks.base import HookBase, TrainContext
 from common.train_state import check_train_state, new_train_state, tried_steps
@@ -51,6 +57,11 @@ DEFAULT_MAX_CONSECUTIVE_SKIPS = 100
 
 class TrainingDivergedError(RuntimeError):
     """Too many optimizer steps in a row were skipped for non-finite gradients."""
+
+
+class WorldSizeChangeError(UserInputError):
+    """A mid-epoch state of W processes resumed on another number with a loader that cannot re-shard
+    the rest of the epoch (the multi-task loader of a ``DATASET`` list)."""
 
 
 def to_device(batch, device):
@@ -65,14 +76,6 @@ def to_device(batch, device):
     return batch
 
 
-def _num_samples(batch) -> int:
-    """Size of dim 0 of the first tensor in the batch (0 if there is none)."""
-    for b in batch:
-        if isinstance(b, torch.Tensor) and b.dim() > 0:
-            return b.shape[0]
-    return 0
-
-
 class Trainer:
     """Trains ``net`` on ``loader``; ``net(*batch)`` returns ``(outputs: dict, loss: tensor)`` (a loss
     with several elements is averaged).
@@ -81,7 +84,8 @@ class Trainer:
         net: the model (DDP-wrapped or not), in fp32.
         optimizer: its optimizer.
         loader: iterable of batches with a ``len()``; its ``batch_sampler`` gets ``set_epoch(epoch)``
-            each epoch and ``skip(m)`` on a mid-epoch resume when it has them.
+            each epoch and ``resume(units, m)`` or ``skip(m)`` on a mid-epoch resume when it has them, and
+            ``consumed(m)`` to count the epoch's units (see the module docstring).
         scaler: :class:`common.amp.LossScaler` (default: no scaling, fp32/bf16).
         autocast: zero-argument callable returning the forward's context manager
             (:func:`common.amp.autocast_context`; default: no autocast).
@@ -135,9 +139,11 @@ class Trainer:
         Raises:
             KeyError: ``state`` lacks a key.
             TrainingDivergedError: ``max_consecutive_skips`` skipped steps in a row.
+            WorldSizeChangeError: a mid-epoch ``state`` of another world size that the loader cannot re-shard.
         """
         ctx = self.ctx
         ctx.state = check_train_state(state) if state is not None else new_train_state(epoch=begin_epoch)
+        self.saved_world_size, ctx.state["world_size"] = ctx.state["world_size"], ctx.record.world_size
         ctx.end_epoch = end_epoch
         # A resumed run's step count goes on from the checkpoint's, so step-periodic hooks keep their steps.
         ctx.record.tried_steps = tried_steps(ctx.state)
@@ -156,15 +162,28 @@ class Trainer:
             ctx.optimizer.zero_grad(set_to_none=True)
             self._call("before_epoch")
             self._run_epoch(epoch)
-            ctx.state["epoch"], ctx.state["epoch_batch"] = epoch + 1, 0
+            ctx.state.update(epoch=epoch + 1, epoch_batch=0, epoch_units=0)
             self._call("after_epoch")
         self._call("after_train")
         return ctx.state
 
     def _iterate(self):
-        """Iterator over the epoch's batches, past the ones a resumed state already consumed."""
-        start = self.ctx.state["epoch_batch"]
+        """Iterator over the epoch's batches, past the ones a resumed state already consumed (see the
+        module docstring); returns (first micro-batch index, iterator)."""
+        state, saved = self.ctx.state, self.saved_world_size
+        start = state["epoch_batch"]
         batch_sampler = getattr(self.loader, "batch_sampler", None)
+        if start and saved and hasattr(batch_sampler, "resume"):
+            batch_sampler.resume(state["epoch_units"], start)
+            return start, iter(self.loader)
+        if start and saved and saved != self.ctx.record.world_size:
+            epoch = state["epoch"]
+            raise WorldSizeChangeError(
+                "the checkpoint of epoch {} batch {} was written by {} process(es), this run has {}: the {} cannot "
+                "re-shard the rest of an epoch; resume on {} process(es), or from the epoch-end checkpoint "
+                "before it (--opts TRAIN.AUTO_RESUME false TRAIN.RESUME true TRAIN.BEGIN_EPOCH {}{})".format(
+                    epoch, start, saved, self.ctx.record.world_size, type(self.loader).__name__, saved, epoch,
+                    "" if epoch else "; epoch 0 has none: start over"))
         if start and hasattr(batch_sampler, "skip"):
             batch_sampler.skip(start)
             return start, iter(self.loader)
@@ -175,13 +194,15 @@ class Trainer:
 
     def _run_epoch(self, epoch):
         ctx, state, net = self.ctx, self.ctx.state, self.ctx.net
+        start, it = self._iterate()
         try:
-            n = len(self.loader)
+            n = len(self.loader)  # after the resume: on another world size the epoch has another length
         except TypeError:
             raise TypeError("the train loader must have a len(): the last accumulation group of an "
                             "epoch is normalised by its size") from None
         ctx.batches_per_epoch = n
-        start, it = self._iterate()
+        consumed = getattr(getattr(self.loader, "batch_sampler", None), "consumed", None)
+        count = getattr(self.loader, "num_samples", num_samples)  # a multi-task loader counts all its data sets
         bar = tqdm(total=n, initial=start, desc="Epoch {}".format(epoch), leave=False, dynamic_ncols=True,
                    disable=not (ctx.is_main and sys.stdout.isatty()))
         micro_batch = start - 1
@@ -215,11 +236,13 @@ class Trainer:
                 ctx.metrics.update(outputs)
             t5 = time.perf_counter()
             state["epoch_batch"] = micro_batch + 1
+            if consumed is not None:
+                state["epoch_units"] = consumed(micro_batch + 1)
             bar.update(1)
             if step_ended:
                 self._call("after_step")
             # Written after the LR hook's after_step: the recorded LR is the one the next step uses.
-            ctx.record.write_micro_batch(_num_samples(batch), (t0 - end, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4),
+            ctx.record.write_micro_batch(count(batch), (t0 - end, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4),
                                          t5 - clock)
             clock = t5
             if step_ended:

@@ -94,3 +94,22 @@ def test_dataset_configs_split_the_lists():
     bad = PRETRAIN_TASK.load_config(cfg_path("base_prec_4x16G_fp32.yaml"), ["TRAIN.BATCH_IMAGES", "[3, 5, 7]"])
     with pytest.raises(MultiTaskConfigError, match=r"my.yaml: TRAIN.BATCH_IMAGES has 3 entries for 2 DATASET"):
         dataset_configs(bad, "my.yaml")
+
+
+def test_the_step_record_counts_the_samples_of_every_data_set():
+    """Throughput and TensorBoard count each step's samples of all data sets, not the first one's only."""
+    from common.trainer import Trainer
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, *batch):
+            return {}, self.w * sum(b.float().sum() for b in batch) * 0
+
+    net = Net()
+    trainer = Trainer(net, torch.optim.SGD(net.parameters(), lr=0.1), multitask())
+    trainer.train(0, 1)
+    # 4 steps: first loader 2, 2, 2, 1 (7 samples); second 2, 2, 1, 2 (5 samples cycling); third 3 each
+    assert trainer.ctx.record.total_samples == 7 + 7 + 4 * 3

@@ -132,3 +132,22 @@ def test_sigkill_and_resume_restores_every_loaders_position(tmp_path, tiny_pretr
     for i, state in b["optimizer"]["state"].items():
         for name, value in state.items():
             assert torch.equal(torch.as_tensor(a["optimizer"]["state"][i][name]), torch.as_tensor(value)), (i, name)
+
+
+def test_world_size_change_mid_epoch_is_refused_with_one_error_line(tmp_path, tiny_pretrain, capsys):
+    """The multi-task loader cannot re-shard an epoch: a mid-epoch checkpoint of 2 processes resumed on 1
+    stops with one error line naming both world sizes and the way out, before training."""
+    opts = tp.opts(RESUME_CFG, tiny_pretrain, {"TRAIN.CHECKPOINT_STEPS": 3})
+    assert tp.train(tmp_path, RESUME_CFG, opts) == 0
+    folder = tp.output_folder(tmp_path, RESUME_CFG)
+    os.remove(tp.checkpoint_path(tmp_path, RESUME_CFG, 0))  # the run stopped at batch 6 of epoch 0
+    mid = os.path.join(folder, "{}-0000-b0000006.model".format(tp.shipped(RESUME_CFG, "MODEL_PREFIX")))
+    ckpt = load(mid)
+    assert ckpt["train_state"]["world_size"] == 1 and ckpt["train_state"]["epoch_batch"] == 6
+    ckpt["train_state"]["world_size"] = 2  # as written by 2 processes
+    torch.save(ckpt, mid)
+    capsys.readouterr()
+    assert tp.train(tmp_path, RESUME_CFG, opts) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "written by 2 process(es), this run has 1" in errors[0], errors
+    assert "resume on 2 process(es)" in errors[0] and "TRAIN.BEGIN_EPOCH 0" in errors[0], errors

@@ -24,7 +24,7 @@ def common_defaults():
     _C.MODULE = ''
     # GPU ids as a comma string ('0,1,2,3'); informative: torchrun decides the devices.
     _C.GPUS = ''
-    # Log a progress line every LOG_FREQUENT micro-batches.
+    # Log a progress line every LOG_FREQUENT micro-batches (and write TensorBoard at the steps holding them).
     _C.LOG_FREQUENT = 50
     # Validate every VAL_FREQUENT epochs.
     _C.VAL_FREQUENT = 1

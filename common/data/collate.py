@@ -206,3 +206,11 @@ def canvas_scales(cfg):
     if cfg.DATASET.PAD_TO_BATCH_MAX or not cfg.SCALES:
         return None
     return tuple(int(s) for s in cfg.SCALES)
+
+
+def num_samples(batch) -> int:
+    """Samples in a batch: the size of dim 0 of its first tensor with a dim (0 if there is none)."""
+    for b in batch:
+        if isinstance(b, torch.Tensor) and b.dim() > 0:
+            return b.shape[0]
+    return 0

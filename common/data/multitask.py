@@ -13,6 +13,7 @@ and its samples' random draws depend on it).
 """
 import itertools
 
+from common.data.collate import num_samples
 from common.errors import UserInputError
 
 MODES = ("TRAIN", "VAL", "TEST")
@@ -78,7 +79,7 @@ class MultiTaskDataLoader:
 
     ``len()`` is the first loader's length; each item is the tuple concatenation of one batch per
     loader. ``batch_sampler.set_epoch(e)`` / ``batch_sampler.skip(m)`` act as on a single loader.
-    ``dataset`` is the first loader's data set.
+    ``dataset`` is the first loader's data set; ``num_samples(batch)`` counts the samples of every data set.
 
     Raises:
         ValueError: no loader, or a loader (other than the first) of length 0.
@@ -93,6 +94,16 @@ class MultiTaskDataLoader:
             raise ValueError("data set(s) {} of the DATASET list have no batch".format(empty))
         self.batch_sampler = _Position()
         self.dataset = self.loaders[0].dataset
+        self.widths = None  # fields of each loader's batch, known from the first item
+
+    def num_samples(self, batch):
+        """Samples of all data sets in ``batch`` (an item of this loader): each data set's part counted by
+        :func:`common.data.collate.num_samples`, summed (what the throughput and TensorBoard count)."""
+        total, start = 0, 0
+        for width in self.widths:
+            total += num_samples(batch[start:start + width])
+            start += width
+        return total
 
     def __len__(self):
         return len(self.loaders[0])
@@ -120,7 +131,6 @@ class MultiTaskDataLoader:
         first = self._start(self.loaders[0], epoch, start)
         cycles = [self._cycle(loader, e, b) for loader, (e, b) in zip(self.loaders[1:], others)]
         for batch in first:
-            out = tuple(batch)
-            for cycle in cycles:
-                out += tuple(next(cycle))
-            yield out
+            parts = [tuple(batch)] + [tuple(next(cycle)) for cycle in cycles]
+            self.widths = [len(part) for part in parts]
+            yield sum(parts, ())

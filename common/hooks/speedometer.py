@@ -1,4 +1,5 @@
 """Speedometer hook: the reference's progress line every ``frequent`` micro-batches."""
+from common.events import LogWindow
 from common.logs import get_logger
 
 from .base import HookBase
@@ -10,40 +11,37 @@ class Speedometer(HookBase):
     """Log ``Epoch[e] Batch [n]\\tSpeed: x samples/s ETA: d d h h m m\\tData: .. \\tTrain-Acc=..,``.
 
     Same line as the reference release (log parsers read it), printed on rank 0 only. Speed, ETA and
-    the mean seconds per micro-batch of each phase come from the step record (:mod:`common.events`)
-    over the micro-batches since the last line. The train metrics are read on every rank since
+    the mean seconds per micro-batch of each phase come from the step record over the log window
+    (:class:`common.events.LogWindow`: the micro-batches since the last line; TensorBoard reports the
+    same samples/s). The train metrics are read on every rank since
     ``get()`` may be a collective.
 
     Args:
-        frequent: batches between lines (LOG_FREQUENT).
+        frequent: micro-batches between lines (LOG_FREQUENT; a line at each index in the epoch that is a
+            multiple of it).
         batches_per_epoch: len(train_loader), for the ETA.
         epochs: epochs this run trains (END_EPOCH - BEGIN_EPOCH), for the ETA.
     """
 
     def __init__(self, frequent: int = 50, batches_per_epoch: int = None, epochs: int = None):
-        self.frequent = frequent
+        self.window = LogWindow(frequent)
         self.batches_per_epoch = batches_per_epoch
         self.epochs = epochs
-        self.epoch = None
         self.start_epoch = None
-        self.mark = None
 
     def after_batch(self, ctx):
-        record = ctx.record
-        if ctx.epoch != self.epoch:  # first batch of an epoch (or of a resumed run)
+        kind, window, speed = self.window.update(ctx.record, ctx.epoch, ctx.micro_batch)
+        if kind == "start":  # first batch of an epoch (or of a resumed run)
             if self.start_epoch is None:
                 self.start_epoch = ctx.epoch
-            self.epoch, self.mark = ctx.epoch, record.mark()
             self._emit(ctx, "Speed: - samples/sec ETA: - d - h - m")
             return
-        if ctx.micro_batch % self.frequent:
+        if kind is None:
             return
-        window = record.since(self.mark)
-        fields = "Speed: {:.2f} samples/s ETA: {}\t".format(record.samples_per_s(self.mark), self._eta(ctx, window))
+        fields = "Speed: {:.2f} samples/s ETA: {}\t".format(speed, self._eta(ctx, window))
         fields += "Data: {:.3f} Tran: {:.3f} F: {:.3f} B: {:.3f} O: {:.3f} M: {:.3f}".format(
             *[t / window.micro_batches for t in window.timings])
         self._emit(ctx, fields)
-        self.mark = record.mark()
 
     def _eta(self, ctx, window):
         if self.batches_per_epoch is None or self.epochs is None:

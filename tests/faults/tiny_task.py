@@ -24,6 +24,7 @@ Faults for the tests, from environment variables or :func:`install_faults` (coun
     FAULT_NAN_FROM_BATCH=n      the loss is NaN from the n-th training micro-batch on
     FAULT_RSS_LOG=path          append "<micro-batch> <peak RSS in KiB>" every 100 training micro-batches
     FAULT_PID_DIR=folder        write this process's pid to <folder>/<rank>.pid
+    FAULT_SAMPLE_LOG=path       append "<epoch> <index>" of each training sample loaded to <path>.<rank>
 """
 import errno
 import io
@@ -131,6 +132,9 @@ class TinyData(torch.utils.data.Dataset):
     def __getitem__(self, key):
         index, g = resolve_key(key)
         x = self.x[index]
+        if self.noisy and "FAULT_SAMPLE_LOG" in FAULTS:
+            with open("{}.{}".format(FAULTS["FAULT_SAMPLE_LOG"], os.environ.get("RANK", 0)), "a") as f:
+                f.write("{} {}\n".format(key.epoch, index))
         if self.noisy:
             x = x + 0.1 * torch.randn(FEATURES, generator=g)
         return x, self.y[index]

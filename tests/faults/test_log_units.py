@@ -1,0 +1,25 @@
+"""LOG_FREQUENT counts micro-batches in the log line and in TensorBoard, and both report one samples/s
+(the tiny task through its entry point, in this process)."""
+import re
+
+from common.tb_events import read_scalars
+from tests.faults import harness
+from tests.tiny_vcr import log_text_in
+
+
+def test_log_line_and_tensorboard_share_the_unit_and_the_speed(tiny_cfg, tmp_path):
+    # 16 micro-batches of 4 per epoch, k = 2; log points at micro-batches 0, 6 and 12 of each epoch
+    assert harness.run_here(tiny_cfg, tmp_path, opts=["LOG_FREQUENT", 6, "TRAIN.END_EPOCH", 2]) == 0
+    folder = harness.out_dir(tmp_path)
+    log = log_text_in(folder)
+    lines = re.findall(r"Epoch\[(\d)\] Batch \[(\d+)\]\tSpeed: ([\d.-]+)", log)
+    assert [(int(e), int(b)) for e, b, _ in lines] == [(e, b) for e in (0, 1) for b in (0, 6, 12)]
+    scalars = read_scalars(folder + "/tensorboard_logs")
+    # TensorBoard: at the end of the step of each log point (x = global micro-batch index)
+    assert [x for x, _ in scalars["Train-Loss"]] == [e * 16 + b for e in (0, 1) for b in (1, 7, 13)]
+    # ... with the log line's samples/s (none at an epoch's first micro-batch, whose line has none)
+    logged = {int(e) * 16 + int(b) + 1: float(s) for e, b, s in lines if s != "-"}
+    speeds = dict(scalars["Speed/samples_per_s"])
+    assert sorted(speeds) == sorted(logged)
+    for x, value in speeds.items():
+        assert round(value, 2) == logged[x], x
