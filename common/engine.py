@@ -22,7 +22,7 @@ from common.checkpoint import Checkpointer, load_checkpoint_file, load_model_sta
 from common.cli import config_from_args, setup_output, train_argument_parser, train_output_folder
 from common.compile import compile_forward
 from common.data.build import make_dataloader
-from common.data.multitask import MultiTaskDataLoader, dataset_configs
+from common.data.multitask import MultiTaskDataLoader, MultiTaskEvalLoader, dataset_configs
 from common.evaluation import MetricEvaluator, inference_on_dataset
 from common.hooks.checkpoint import PreemptionCheckpoint, checkpoint_hooks
 from common.hooks.lr_scheduler import LRSchedulerHook
@@ -86,9 +86,11 @@ def build_model(task, cfg, device=None):
 
 def build_loader(task, cfg, mode, world_size=1, rank=0):
     """DataLoader of ``mode`` over the task's dataset (see :func:`common.data.build.make_dataloader`); with a
-    ``DATASET`` list, a :class:`common.data.multitask.MultiTaskDataLoader` over one loader per entry."""
+    ``DATASET`` list, a :class:`common.data.multitask.MultiTaskDataLoader` (training) or
+    :class:`common.data.multitask.MultiTaskEvalLoader` (every set read once, in full) over one loader per entry."""
     if isinstance(cfg.DATASET, list):
-        return MultiTaskDataLoader([build_loader(task, sub, mode, world_size, rank) for sub in dataset_configs(cfg)])
+        loaders = [build_loader(task, sub, mode, world_size, rank) for sub in dataset_configs(cfg)]
+        return MultiTaskDataLoader(loaders) if mode == "train" else MultiTaskEvalLoader(loaders)
     return make_dataloader(cfg, mode, world_size, rank, dataset=task.build_dataset(cfg, mode))
 
 

@@ -113,3 +113,32 @@ def test_the_step_record_counts_the_samples_of_every_data_set():
     trainer.train(0, 1)
     # 4 steps: first loader 2, 2, 2, 1 (7 samples); second 2, 2, 1, 2 (5 samples cycling); third 3 each
     assert trainer.ctx.record.total_samples == 7 + 7 + 4 * 3
+
+
+def test_validation_reads_every_data_set_once_whatever_the_process_count(tiny_pretrain):
+    """A DATASET list's validation (captions + text corpus of different lengths) on 1 and on 2 processes
+    (each rank's shard in turn): every metric sums the same counts, so every set is read once, in full."""
+    from common.engine import build_loader
+    from tests.tiny_pretrain import opts
+    name = "base_e2e_16x16G_fp16.yaml"
+    cfg = PRETRAIN_TASK.load_config(cfg_path(name), opts(name, tiny_pretrain))
+    torch.manual_seed(0)
+    model = PRETRAIN_TASK.build_model(cfg).eval()
+
+    def counts(world):
+        metrics = PRETRAIN_TASK.build_metrics(cfg, for_training=False)
+        lengths = []
+        for rank in range(world):
+            loader = build_loader(PRETRAIN_TASK, cfg, "val", world, rank)
+            lengths.append([len(sub) for sub in loader.loaders])
+            with torch.no_grad():
+                for batch in loader:
+                    metrics.update(model(*batch)[0])
+        return {m.name: (int(m.num_inst), int(m.sum_metric)) for m in metrics.metrics}, lengths
+
+    one, lengths = counts(1)
+    assert lengths[0][0] != lengths[0][1]  # the sets differ in length: the shorter one is filled in
+    two, _ = counts(2)
+    assert one == two
+    corpus = build_loader(PRETRAIN_TASK, dataset_configs(cfg)[1], "val")
+    assert one["MLMAccAUX"][0] == sum(int((labels != -1).sum()) for _, labels in corpus)  # each passage once

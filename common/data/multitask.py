@@ -10,8 +10,13 @@ Exact resume without extra state: step ``b`` of epoch ``e`` is global step ``g =
 at batch ``g % n``. Both are derived again on resume, so every loader restarts where an
 uninterrupted run would be, and each loader's ``set_epoch`` receives its own epoch (its shuffle
 and its samples' random draws depend on it).
+
+Evaluation (:class:`MultiTaskEvalLoader`) reads every data set once, in full, on any number of
+processes: the reference truncated the later data sets to the first one's length.
 """
 import itertools
+
+import torch
 
 from common.data.collate import num_samples
 from common.errors import UserInputError
@@ -133,4 +138,62 @@ class MultiTaskDataLoader:
         for batch in first:
             parts = [tuple(batch)] + [tuple(next(cycle)) for cycle in cycles]
             self.widths = [len(part) for part in parts]
+            yield sum(parts, ())
+
+
+def ignored_labels(dataset, batch):
+    """``batch`` of ``dataset`` with its label fields set to the values its metrics and losses skip
+    (``dataset.ignored_labels``: field name -> value; e.g. MLM labels -1).
+
+    Raises:
+        UserInputError: the data set declares no ``ignored_labels``.
+    """
+    values = getattr(dataset, "ignored_labels", None)
+    if values is None:
+        raise UserInputError("{} declares no ignored_labels, so a DATASET list cannot evaluate it next to a data "
+                             "set of another length".format(type(dataset).__name__))
+    return tuple(torch.full_like(field, values[name]) if name in values else field
+                 for name, field in zip(dataset.data_names, batch))
+
+
+class MultiTaskEvalLoader:
+    """Evaluation over a ``DATASET`` list: every data set read once, in full, on any number of processes.
+
+    Each item is the concatenation of one batch per loader (the training layout, which the multi-task
+    model needs). It has as many items as the longest loader on this rank; a data set that has run out
+    (or whose shard here is empty) fills its place with a one-sample batch of its first item whose labels
+    are ignored (:func:`ignored_labels`), so it counts for nothing. Each loader's own sampler shards its
+    data set over the ranks without repeats, so the metrics summed over ranks count every sample once.
+
+    Args:
+        loaders: evaluation DataLoaders, one per data set, in ``DATASET`` order.
+    """
+
+    def __init__(self, loaders):
+        self.loaders = list(loaders)
+        if not self.loaders:
+            raise ValueError("MultiTaskEvalLoader needs at least one loader")
+        self.dataset = self.loaders[0].dataset
+
+    def __len__(self):
+        return max(len(loader) for loader in self.loaders)
+
+    @staticmethod
+    def _filler(loader):
+        with torch.random.fork_rng(devices=[]):  # the item's random draws leave no trace on the run's RNG
+            batch = loader.collate_fn([loader.dataset[0]])
+        return ignored_labels(loader.dataset, batch)
+
+    def __iter__(self):
+        iterators = [iter(loader) for loader in self.loaders]
+        fillers = [None] * len(self.loaders)
+        for _ in range(len(self)):
+            parts = []
+            for k, (loader, iterator) in enumerate(zip(self.loaders, iterators)):
+                batch = next(iterator, None)
+                if batch is None:
+                    if fillers[k] is None:
+                        fillers[k] = self._filler(loader)
+                    batch = fillers[k]
+                parts.append(tuple(batch))
             yield sum(parts, ())

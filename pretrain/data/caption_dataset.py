@@ -15,7 +15,7 @@ from common.data.tokenizer import build_tokenizer
 from common.data.transforms import clip_boxes_
 
 from .conceptual_captions import INDEX_FILE, CaptionDataError, load_detections, read_caption_index
-from .masking import WholeWordMasker, mask_regions, region_pixel_mask, whole_image_feature
+from .masking import IGNORE, WholeWordMasker, mask_regions, region_pixel_mask, whole_image_feature
 from .truncation import truncate_text_and_regions
 
 # Images a run reads before the share of skipped ones is judged (see common.data.skips).
@@ -62,6 +62,9 @@ class ConceptualCaptionsDataset(Dataset):
 
     data_names = ["image", "boxes", "im_info", "text", "relationship_label", "mlm_labels", "mvrc_ops",
                   "mvrc_labels"]
+    # Label values the metrics and losses skip (a filler batch of a DATASET list's evaluation):
+    # -100 is ``F.cross_entropy``'s ignore index, an all-zero MVRC target is no region to predict.
+    ignored_labels = {"relationship_label": -100, "mlm_labels": IGNORE, "mvrc_labels": 0.0}
 
     def __init__(self, records, tokenizer, seq_len=64, precomputed=False, mask_raw_pixels=True, with_rel=True,
                  with_mlm=True, with_mvrc=True, add_image_as_a_box=True, transform=None, skips=None):

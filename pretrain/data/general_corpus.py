@@ -6,14 +6,13 @@ passage per line; ``DATASET.TRAIN_ANNOTATION_FILE`` names one file or several jo
 """
 import os
 
-import torch
 from torch.utils.data import Dataset
 
 from common.data.samplers import resolve_key
 from common.data.tokenizer import build_tokenizer
 from common.errors import UserInputError
 
-from .masking import WholeWordMasker
+from .masking import IGNORE, WholeWordMasker
 
 
 class CorpusDataError(UserInputError):
@@ -79,6 +78,7 @@ class GeneralCorpus(Dataset):
     """
 
     data_names = ["text", "mlm_labels"]
+    ignored_labels = {"mlm_labels": IGNORE}  # what the MLM metric and loss skip (see common.data.multitask)
 
     def __init__(self, ann_file, tokenizer, seq_len=64, min_seq_len=0, with_mlm=True, encoding="utf-8"):
         if seq_len < 1:

@@ -18,8 +18,10 @@ class RelationshipAccuracy(EvalMetric):
         logits = outputs.get("relationship_logits")
         if logits is None:
             return
-        self.sum_metric = self.sum_metric + (logits.detach().argmax(1) == outputs["relationship_label"]).sum()
-        self.num_inst = self.num_inst + logits.shape[0]
+        label = outputs["relationship_label"]
+        keep = label >= 0  # a negative label is ignored (see ConceptualCaptionsDataset.ignored_labels)
+        self.sum_metric = self.sum_metric + (logits.detach().argmax(1)[keep] == label[keep]).sum()
+        self.num_inst = self.num_inst + keep.sum()
 
 
 class MLMAccuracy(EvalMetric):
