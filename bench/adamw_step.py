@@ -31,6 +31,23 @@ def params(device):
     return ps
 
 
+def step_times(optimizers, steps, device):
+    """Median seconds of one ``step()`` of each optimizer (dict name -> optimizer), the optimizers taking
+    turns for ``steps`` timed rounds after one untimed round (state allocation); CUDA is synchronised."""
+    times = {name: [] for name in optimizers}
+    for i in range(steps + 1):
+        for name, opt in optimizers.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            opt.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if i:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -41,19 +58,9 @@ def main():
     device = torch.device(args.device)
     opts = {mode: BertAdamW(params(device), lr=1e-4, weight_decay=1e-4, foreach=mode == "foreach")
             for mode in ("plain", "foreach")}
-    times = {mode: [] for mode in opts}
-    for i in range(args.steps + 1):  # the first step (state allocation) is not timed
-        for mode, opt in opts.items():
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            opt.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            if i:
-                times[mode].append(time.perf_counter() - start)
+    times = step_times(opts, args.steps, device)
     n = sum(p.numel() for p in opts["plain"].param_groups[0]["params"])
-    plain, fast = statistics.median(times["plain"]), statistics.median(times["foreach"])
+    plain, fast = times["plain"], times["foreach"]
     print("BertAdamW step, {:.0f} M weights in {} tensors, {} ({} threads), median of {} steps".format(
         n / 1e6, len(opts["plain"].param_groups[0]["params"]), args.device, args.threads, args.steps))
     print("  one tensor at a time (reference): {:8.1f} ms".format(1e3 * plain))

@@ -9,13 +9,12 @@ timm is a bench-only dependency (the engine does not import it): ``pip install '
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.adamw_step import step_times  # noqa: E402
 from common.optim import BertAdamW  # noqa: E402
 
 
@@ -48,21 +47,10 @@ def main():
     foreach = {"auto": None, "on": True, "off": False}[args.foreach]
     opts = {name: BertAdamW(vit_params(device), lr=5e-4, weight_decay=0.05, foreach=foreach, state_dtype=dtype)
             for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16))}
-    times = {name: [] for name in opts}
-    for i in range(args.steps + 1):  # the first step (state allocation) is not timed
-        for name, opt in opts.items():
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            opt.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            if i:
-                times[name].append(time.perf_counter() - start)
+    step = step_times(opts, args.steps, device)
     params = opts["float32"].param_groups[0]["params"]
     n = sum(p.numel() for p in params)
     mem = {name: state_bytes(opt) for name, opt in opts.items()}
-    step = {name: statistics.median(t) for name, t in times.items()}
     print("BertAdamW on vit_base_patch16_224: {:.1f} M weights in {} tensors, {} ({} threads), foreach {}, "
           "median of {} steps".format(n / 1e6, len(params), args.device, args.threads, args.foreach, args.steps))
     for name in opts:

@@ -61,7 +61,22 @@ class _ClosedFormLR(LRScheduler):
         return [base_lr * f for base_lr in self.base_lrs]
 
 
-class WarmupMultiStepLR(_ClosedFormLR):
+class _WarmupLR(_ClosedFormLR):
+    """A closed-form schedule that starts with :func:`warmup_multiplier`'s warmup (``TRAIN.WARMUP*``).
+
+    Raises:
+        ValueError: unknown warmup method.
+    """
+
+    def __init__(self, optimizer, warmup_factor, warmup_iters, warmup_method, last_epoch):
+        _check_warmup_method(warmup_method)
+        self.warmup_factor = warmup_factor
+        self.warmup_iters = warmup_iters
+        self.warmup_method = warmup_method
+        super().__init__(optimizer, last_epoch)
+
+
+class WarmupMultiStepLR(_WarmupLR):
     """Warmup, then the LR times ``gamma`` at each milestone (maskrcnn-benchmark's schedule):
 
         factor(s) = w(s) * gamma ** (number of milestones <= s)      (w: :func:`warmup_multiplier`)
@@ -80,13 +95,9 @@ class WarmupMultiStepLR(_ClosedFormLR):
         milestones = list(milestones)
         if milestones != sorted(milestones):
             raise ValueError("TRAIN.LR_STEP must be increasing, got milestones {}".format(milestones))
-        _check_warmup_method(warmup_method)
         self.milestones = milestones
         self.gamma = gamma
-        self.warmup_factor = warmup_factor
-        self.warmup_iters = warmup_iters
-        self.warmup_method = warmup_method
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, warmup_factor, warmup_iters, warmup_method, last_epoch)
 
     def factor(self, step):
         return (warmup_multiplier(step, self.warmup_iters, self.warmup_factor, self.warmup_method)
@@ -111,7 +122,7 @@ class WarmupLinearLR(_ClosedFormLR):
         return max(0.0, (self.total_steps - step) / max(1, self.total_steps - self.warmup_steps))
 
 
-class WarmupCosineLR(_ClosedFormLR):
+class WarmupCosineLR(_WarmupLR):
     """Warmup, then a half cosine from the base LR down to ``min_factor`` x the base LR, reached at
     the last update ``total_steps - 1`` (timm's ``CosineLRScheduler`` without restarts, in steps):
 
@@ -133,13 +144,9 @@ class WarmupCosineLR(_ClosedFormLR):
 
     def __init__(self, optimizer, total_steps, min_factor=0.0, warmup_factor=1.0 / 3, warmup_iters=500,
                  warmup_method="linear", last_epoch=-1):
-        _check_warmup_method(warmup_method)
         self.total_steps = total_steps
         self.min_factor = min_factor
-        self.warmup_factor = warmup_factor
-        self.warmup_iters = warmup_iters
-        self.warmup_method = warmup_method
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, warmup_factor, warmup_iters, warmup_method, last_epoch)
 
     def factor(self, step):
         if step < self.warmup_iters:
