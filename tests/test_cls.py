@@ -16,7 +16,7 @@ from PIL import Image
 from common.data.samplers import SampleKey
 from common.safe_load import UnreadableFileError
 from tests.conftest import ROOT
-from tests.tiny_vcr import run_script
+from tests.tiny_vcr import run_script, tensorboard_scalars_in
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import make_cls_demo_data  # noqa: E402
@@ -143,6 +143,9 @@ def test_shipped_config_trains_two_steps_then_validates_and_tests(tmp_path, cfg_
     ckpt_path = glob.glob(os.path.join(out, "*-0000.model"))[0]
     state = torch.load(ckpt_path, map_location="cpu", weights_only=True)
     assert state["train_state"]["global_step"] == 2
+    scalars = tensorboard_scalars_in(out)
+    assert {"Val-Acc", "Val-Top5Acc", "Val-Loss"} <= set(scalars)
+    assert scalars["Val-Top5Acc"][0][1] >= scalars["Val-Acc"][0][1]
     head = [k for k in state["state_dict"] if k.endswith("backbone.head.weight")]
     assert head and state["state_dict"][head[0]].shape == (10, 24)
 
