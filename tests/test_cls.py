@@ -163,3 +163,32 @@ def test_shipped_config_trains_two_steps_then_validates_and_tests(tmp_path, cfg_
     assert [r[0] for r in rows[1:]] == [str(i) for i in range(10)]
     assert [r[1] for r in rows[1:]] == make_cls_demo_data.NAMES
     assert all(len(r[3].split("|")) == 5 and r[3].split("|")[0] == r[2] for r in rows[1:])
+
+
+def test_image_pretrained_timm_weights_load_except_a_head_of_another_class_count(tmp_path):
+    import timm
+    from safetensors.torch import save_file
+
+    from common.modeling.module import RandomInitWarning
+
+    kwargs = dict(img_size=32, patch_size=8, embed_dim=24, depth=1, num_heads=2)
+    source = timm.create_model("vit_tiny_patch16_224", num_classes=5, **kwargs).state_dict()
+    save_file(source, str(tmp_path / "w.safetensors"))
+    torch.save(source, str(tmp_path / "w.pth"))
+    for name in ("w.safetensors", "w.pth"):
+        cfg = TASK.load_config(None, TINY_VIT + ["NETWORK.NUM_CLASSES", "10", "NETWORK.IMAGE_PRETRAINED",
+                                                str(tmp_path / name)])
+        with pytest.warns(RandomInitWarning, match=r"head\.(weight|bias), head\.(weight|bias) stay random"):
+            model = TASK.build_model(cfg)
+        loaded = model.backbone.state_dict()
+        assert torch.equal(loaded["blocks.0.attn.qkv.weight"], source["blocks.0.attn.qkv.weight"])
+        assert loaded["head.weight"].shape == (10, 24)
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("true",))
+
+    torch.save({"blocks.0.attn.qkv.weight": Payload()}, str(tmp_path / "bad.pth"), _use_new_zipfile_serialization=True)
+    cfg = TASK.load_config(None, TINY_VIT + ["NETWORK.IMAGE_PRETRAINED", str(tmp_path / "bad.pth")])
+    with pytest.raises(UnreadableFileError, match="NETWORK.IMAGE_PRETRAINED weights.*(posix|os).system"):
+        TASK.build_model(cfg)
