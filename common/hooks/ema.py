@@ -2,8 +2,6 @@
 as its own weights."""
 import os
 
-from timm.utils import ModelEmaV3
-
 from common import distributed as cdist
 from common.checkpoint import atomic_save, model_state_fp32, unwrap_model
 from common.logs import get_logger
@@ -39,6 +37,8 @@ class ModelEma(HookBase):
     def __init__(self, model, decay, monitor, metrics, prefix):
         if not 0 < decay < 1:
             raise ValueError("TRAIN.EMA_DECAY must be in (0, 1), got {}".format(decay))
+        from timm.utils import ModelEmaV3  # imported only by runs that ask for EMA (timm takes seconds to import)
+
         self.model = unwrap_model(model)
         self.ema = ModelEmaV3(self.model, decay=decay)
         self.monitor, self.metrics, self.prefix = monitor, metrics, prefix
