@@ -151,7 +151,7 @@ def _config_text(config):
 
 
 def make_checkpoint(model, optimizer, validation_monitor=None, scaler=None, lr_scheduler=None,
-                    train_state=None, config=None, rng=None):
+                    train_state=None, config=None, rng=None, extra=None):
     """The checkpoint dict (see the module docstring); only plain, ``weights_only``-safe values.
 
     Args:
@@ -162,10 +162,11 @@ def make_checkpoint(model, optimizer, validation_monitor=None, scaler=None, lr_s
         train_state: the loop's progress dict (:mod:`common.train_state`), or None.
         config: CfgNode, dict or YAML text.
         rng: list of :func:`rng_state` per rank (default: this process's only).
+        extra: dict key -> object with ``state_dict()`` (a stateful hook: ``ema``, ``early_stopping``).
     """
     ckpt = {"state_dict": model_state_fp32(model), "optimizer": optimizer.state_dict()}
     named = {"validation_monitor": validation_monitor, "amp": scaler, "lr_scheduler": lr_scheduler,
-             "train_state": train_state}
+             "train_state": train_state, **(extra or {})}
     for key, obj in named.items():
         if obj is not None:
             ckpt[key] = obj if isinstance(obj, dict) else obj.state_dict()
@@ -270,11 +271,11 @@ def _scaler_state(state):
 
 
 def restore_checkpoint(ckpt, model, optimizer=None, scaler=None, lr_scheduler=None,
-                       validation_monitor=None, restore_rng=True, source="checkpoint"):
+                       validation_monitor=None, restore_rng=True, source="checkpoint", extra=None):
     """Load every part of ``ckpt`` present in it into the given objects.
 
-    The model always loads; optimizer, loss scaler, LR scheduler and validation monitor load
-    when both the object and its key exist (reference checkpoints have no ``amp``,
+    The model always loads; optimizer, loss scaler, LR scheduler, validation monitor and the ``extra``
+    objects (dict key -> object with ``load_state_dict``) load when both the object and its key exist (reference checkpoints have no ``amp``,
     ``lr_scheduler``, ``rng`` or ``train_state``). With ``restore_rng``, this rank's RNG state
     is restored (rank 0's if the world size changed, which ends exactness).
 
@@ -284,7 +285,7 @@ def restore_checkpoint(ckpt, model, optimizer=None, scaler=None, lr_scheduler=No
     load_model_state_dict(model, ckpt["state_dict"], source)
     restored = ["state_dict"]
     parts = {"optimizer": optimizer, "amp": scaler, "lr_scheduler": lr_scheduler,
-             "validation_monitor": validation_monitor}
+             "validation_monitor": validation_monitor, **(extra or {})}
     for key, obj in parts.items():
         if obj is not None and key in ckpt:
             obj.load_state_dict(_scaler_state(ckpt[key]) if key == "amp" else ckpt[key])
@@ -371,7 +372,7 @@ def _newest_readable(prefix, train_cfg):
 
 
 def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_scheduler=None,
-                    validation_monitor=None, steps_per_epoch=None):
+                    validation_monitor=None, steps_per_epoch=None, extra=None):
     """TRAIN.RESUME / TRAIN.AUTO_RESUME on every rank: restore the newest usable checkpoint.
 
     Rank 0 picks the file (the newest one that reads; with AUTO_RESUME a corrupt file is
@@ -406,7 +407,8 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
         return None
     if ckpt is None:
         ckpt = load_checkpoint_file(path)
-    restored = restore_checkpoint(ckpt, model, optimizer, scaler, lr_scheduler, validation_monitor, source=path)
+    restored = restore_checkpoint(ckpt, model, optimizer, scaler, lr_scheduler, validation_monitor, source=path,
+                                  extra=extra)
     state = _train_state_of(ckpt, path, steps_per_epoch)
     logger.info("Resumed from %s: epoch %d, batch %d, optimizer step %d", path, state["epoch"],
                 state["epoch_batch"], state["global_step"])
@@ -430,10 +432,12 @@ class Checkpointer:
         scaler, lr_scheduler, validation_monitor: objects with ``state_dict()`` / ``load_state_dict()``,
             or None (left out of the file, not restored). A scheduler rebuilt after :meth:`resume`
             replaces ``lr_scheduler`` here.
+        extra: dict file key -> further stateful object (a hook's: ``ema``, ``early_stopping``), saved and
+            restored the same way.
     """
 
     def __init__(self, model, optimizer, prefix, config=None, scaler=None, lr_scheduler=None,
-                 validation_monitor=None):
+                 validation_monitor=None, extra=None):
         self.model = model
         self.optimizer = optimizer
         self.prefix = prefix
@@ -442,6 +446,7 @@ class Checkpointer:
         self.lr_scheduler = lr_scheduler
         self.validation_monitor = validation_monitor
         self.saved_at = None  # (epoch, epoch_batch) of the last save: a stop there need not save again
+        self.extra = dict(extra or {})
 
     def save(self, paths, train_state):
         """Write the checkpoint of the run at ``train_state`` to ``paths`` (see :func:`save_checkpoint`:
@@ -452,7 +457,7 @@ class Checkpointer:
         """
         save_checkpoint(paths, self.model, self.optimizer, validation_monitor=self.validation_monitor,
                         scaler=self.scaler, lr_scheduler=self.lr_scheduler, train_state=train_state,
-                        config=self.config)
+                        config=self.config, extra=self.extra)
         self.saved_at = (train_state["epoch"], train_state["epoch_batch"])
 
     def resume(self, train_cfg, steps_per_epoch=None):
@@ -462,4 +467,4 @@ class Checkpointer:
             None when nothing was resumed, else :class:`ResumeInfo`.
         """
         return resume_training(self.prefix, train_cfg, self.model, self.optimizer, self.scaler, self.lr_scheduler,
-                               self.validation_monitor, steps_per_epoch=steps_per_epoch)
+                               self.validation_monitor, steps_per_epoch=steps_per_epoch, extra=self.extra)

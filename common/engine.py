@@ -25,6 +25,8 @@ from common.data.build import make_dataloader
 from common.data.multitask import MultiTaskDataLoader, MultiTaskEvalLoader, dataset_configs
 from common.evaluation import MetricEvaluator, inference_on_dataset
 from common.hooks.checkpoint import PreemptionCheckpoint, checkpoint_hooks
+from common.hooks.early_stopping import EarlyStopping
+from common.hooks.ema import ModelEma
 from common.hooks.lr_scheduler import LRSchedulerHook
 from common.hooks.speedometer import Speedometer
 from common.hooks.summary import RunSummary
@@ -166,8 +168,15 @@ def train_net(args, cfg, task):
 
     prefix = os.path.join(folder, cfg.MODEL_PREFIX)
     steps_per_epoch = updates_per_epoch(len(train_loader), train_cfg.GRAD_ACCUMULATE_STEPS)
+    # Stateful hooks, run after the validation (in this order) and saved in the checkpoint under their key.
+    stateful = {}
+    if train_cfg.EMA_DECAY > 0:
+        stateful["ema"] = ModelEma(model, train_cfg.EMA_DECAY, validation, task.build_metrics(cfg, False), prefix)
+    if train_cfg.EARLY_STOP_METRIC:
+        stateful["early_stopping"] = EarlyStopping(validation, train_cfg.EARLY_STOP_METRIC, train_cfg.EARLY_STOP_MODE,
+                                                   train_cfg.EARLY_STOP_PATIENCE)
     checkpointer = Checkpointer(model, optimizer, prefix, config=cfg, scaler=scaler, lr_scheduler=lr_scheduler,
-                                validation_monitor=validation)
+                                validation_monitor=validation, extra=stateful)
     base_lrs = [group["initial_lr"] for group in optimizer.param_groups]  # the config's; a checkpoint replaces them
     resumed = checkpointer.resume(train_cfg, steps_per_epoch=steps_per_epoch)
     state = None
@@ -194,10 +203,10 @@ def train_net(args, cfg, task):
         # wrote after its last checkpoint, so each x keeps one point.
         purge_step = None if state is None else state["epoch"] * len(train_loader) + state["epoch_batch"]
         writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"), purge_step=purge_step)
-    hooks = [validation, LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT),
+    hooks = [validation, *stateful.values(), LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT),
              Speedometer(cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
                          epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
-    hooks += checkpoint_hooks(checkpointer, cfg)
+    hooks += checkpoint_hooks(checkpointer, cfg, steps_per_epoch)
     hooks.append(RunSummary())
     guard = PreemptionGuard()
     hooks.append(PreemptionCheckpoint(checkpointer, guard))
@@ -218,6 +227,8 @@ def train_net(args, cfg, task):
         cdist.cleanup()
     logger.info("training done; best %s %.4f at epoch %d", task.host_metric(cfg), validation.best_val,
                 validation.best_epoch)
+    if trainer.ctx.stop_reason:
+        logger.info("stopped early: %s", trainer.ctx.stop_reason)
     return rank, model
 
 

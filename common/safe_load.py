@@ -7,7 +7,8 @@ elsewhere in the product):
   weights-only unpickler (``weights_only=True`` passed explicitly, which
   ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` cannot override) or the safetensors reader.
 * :func:`load_pickle` -- plain pickles such as RefCOCO's ``refs(unc).p``: an unpickler that builds
-  only containers, strings, numbers, booleans and None, and refuses every other global.
+  only containers, strings, numbers, booleans and None, and refuses every other global; with
+  ``numpy_arrays=True`` also numpy arrays of numbers (CIFAR's "python version" batches).
 
 A refused or unreadable file raises :class:`UnreadableFileError`, whose one-line message names
 the file and, for a refused file, the callable it asked for (which was not called).
@@ -26,6 +27,10 @@ from common.errors import UserInputError
 # the file builds a value and runs nothing else.
 _PLAIN_GLOBALS = {("builtins", name) for name in ("set", "frozenset", "bytearray", "complex")} | {
     ("collections", "OrderedDict"), ("_codecs", "encode")}
+# What a pickled numpy array names (``ndarray.__reduce__``): an empty array, its dtype and the class; the
+# array's bytes come through ``__setstate__``. Both numpy 1 and numpy 2 module paths appear in files.
+_NUMPY_GLOBALS = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+                  ("numpy", "ndarray"), ("numpy", "dtype")}
 _GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([\w.]+)")
 
 
@@ -104,13 +109,34 @@ class _RefusedGlobal(_Refused):
     """A global outside :data:`_PLAIN_GLOBALS`; its message is the refused ``module.name``."""
 
 
+def _numeric_dtype(*args):
+    """``numpy.dtype(*args)`` for a dtype without Python objects (an object array would unpickle objects
+    through its state, outside what the file's globals say)."""
+    import numpy as np
+
+    dtype = np.dtype(*args)
+    if dtype.hasobject:
+        raise _RefusedGlobal("numpy.dtype({!r}) (an array of Python objects)".format(args[0]))
+    return dtype
+
+
 class _PlainUnpickler(pickle.Unpickler):
-    """Unpickler that resolves only :data:`_PLAIN_GLOBALS`; the refused name is kept for the message."""
+    """Unpickler that resolves only :data:`_PLAIN_GLOBALS` (and :data:`_NUMPY_GLOBALS` when
+    ``numpy_arrays``); the refused name is kept for the message."""
+
+    def __init__(self, file, numpy_arrays=False, **kwargs):
+        super().__init__(file, **kwargs)
+        self.numpy_arrays = numpy_arrays
 
     def find_class(self, module, name):
         module = "builtins" if module == "__builtin__" else module  # Python 2 pickles (and protocols < 3)
         if (module, name) in _PLAIN_GLOBALS:
             return super().find_class(module, name)
+        if self.numpy_arrays and (module, name) in _NUMPY_GLOBALS:
+            import numpy as np
+
+            multiarray = np._core.multiarray if hasattr(np, "_core") else np.core.multiarray
+            return {"_reconstruct": multiarray._reconstruct, "ndarray": np.ndarray, "dtype": _numeric_dtype}[name]
         raise _RefusedGlobal("{}.{}".format(module, name))
 
     def persistent_load(self, pid):
@@ -136,16 +162,18 @@ def _callable_in_plain_pickle(path):
     return None
 
 
-def load_pickle(path, what="pickle file", encoding="utf-8"):
+def load_pickle(path, what="pickle file", encoding="utf-8", numpy_arrays=False):
     """Read a plain Python pickle (any protocol, Python 2 ones too) holding only plain values.
 
     Args:
         path: file path.
         what: what the file is, for messages (e.g. ``"RefCOCO refs file"``).
         encoding: how Python 2 ``str`` objects are decoded (``"bytes"`` keeps them as bytes).
+        numpy_arrays: also build numpy arrays whose dtype holds no Python objects (``numpy.ndarray``,
+            ``numpy.dtype`` and numpy's ``_reconstruct``, what ``ndarray.__reduce__`` names).
     Returns:
         The stored value: dicts (also ``OrderedDict``), lists, tuples, sets, strings, bytes,
-        numbers, booleans, None.
+        numbers, booleans, None (and numpy arrays when ``numpy_arrays``).
     Raises:
         FileNotFoundError: no file at ``path``.
         UnreadableFileError: not a pickle, truncated, or it names any other callable (refused,
@@ -155,7 +183,7 @@ def load_pickle(path, what="pickle file", encoding="utf-8"):
         raise FileNotFoundError("{} {} does not exist".format(what, path))
     try:
         with open(path, "rb") as f:
-            return _PlainUnpickler(f, encoding=encoding).load()
+            return _PlainUnpickler(f, numpy_arrays=numpy_arrays, encoding=encoding).load()
     except _Refused as e:
         raise _refused(path, what, e) from None
     except Exception as e:  # EOFError, UnpicklingError, UnicodeDecodeError, ...

@@ -150,6 +150,8 @@ class Trainer:
         ctx.record.skipped_steps = ctx.state["skipped_steps"]
         self._call("before_train")
         for epoch in range(ctx.state["epoch"], end_epoch):
+            if ctx.stop_reason:  # a hook ended training (early stopping), now or in the resumed run
+                break
             if ctx.is_main:
                 self.logger.info("PROGRESS: %.2f%%", 100.0 * epoch / end_epoch)
             ctx.epoch = epoch

@@ -4,6 +4,7 @@
 # Safe to run again: a finished run is picked up by TRAIN.AUTO_RESUME and not trained again.
 #   usage: scripts/run_demo.sh [extra train_end2end.py args, e.g. --opts TRAIN.END_EPOCH 2]
 #          scripts/run_demo.sh vqa [extra args]   the VQA v2 demo instead (scripts/run_demo_vqa.sh)
+#          scripts/run_demo.sh cls [extra args]   the tiny-ViT image-classification demo (scripts/run_demo_cls.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -19,6 +20,10 @@ ln -sfn "$BERT_DIR" model/pretrained_model/all-MiniLM-L6-v2
 if [ "${1:-}" = vqa ]; then
     shift
     exec "$ROOT/scripts/run_demo_vqa.sh" "$@"
+fi
+if [ "${1:-}" = cls ]; then
+    shift
+    exec "$ROOT/scripts/run_demo_cls.sh" "$@"
 fi
 
 # (Re)write the data when it is missing or was written by another version of the generator.

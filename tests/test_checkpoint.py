@@ -446,3 +446,18 @@ def test_reference_checkpoint_and_partial_pretrain_with_task_models(tmp_path):
     assert sorted({k.split(".predictions")[0].split(".region_cls")[0] for k in report.unmatched}) == [
         "aux_text_visual_embedding.weight", "object_mask_word_embedding.weight",
         "vlbert._module.mlm_head", "vlbert._module.mvrc_head"]
+
+
+def test_checkpoint_every_fraction_of_the_run():
+    """TRAIN.CHECKPOINT_EVERY_FRACTION 0.2 of 5 epochs x 8 steps: a mid-epoch file every 8 steps, also
+    alongside CHECKPOINT_STEPS."""
+    from common.hooks.checkpoint import checkpoint_hooks
+    from vcr.task import TASK
+
+    load_config = TASK.load_config
+    opts = ["TRAIN.CHECKPOINT_EVERY_FRACTION", "0.2", "TRAIN.END_EPOCH", "5"]
+    checkpointer = ck.Checkpointer(torch.nn.Linear(1, 1), None, "out/vl")
+    _, step = checkpoint_hooks(checkpointer, load_config(None, opts), steps_per_epoch=8)
+    assert (step.every_steps, step.periods) == (0, [8])
+    _, step = checkpoint_hooks(checkpointer, load_config(None, opts + ["TRAIN.CHECKPOINT_STEPS", "3"]), steps_per_epoch=8)
+    assert step.periods == [3, 8]

@@ -132,6 +132,17 @@ def common_defaults():
     _C.TRAIN.CHECKPOINT_STEPS = 0
     # (new) How many mid-epoch checkpoints to keep.
     _C.TRAIN.CHECKPOINT_KEEP = 2
+    # (new) Also checkpoint every CHECKPOINT_EVERY_FRACTION of the run's optimizer steps (0.2: 5 times, at
+    # 20%, 40%, ...), kept like CHECKPOINT_STEPS files; 0 = off.
+    _C.TRAIN.CHECKPOINT_EVERY_FRACTION = 0.0
+    # (new) Model EMA (timm ModelEmaV3) decay per optimizer step, in (0, 1); validated after each epoch
+    # (Val-EMA-*) and written to {MODEL_PREFIX}-ema.model. 0 = off.
+    _C.TRAIN.EMA_DECAY = 0.0
+    # (new) Early stopping on the validation metric EARLY_STOP_METRIC ('Loss', 'Acc', ...; '' = off):
+    # stop after EARLY_STOP_PATIENCE validations without improvement ('min': lower is better, 'max').
+    _C.TRAIN.EARLY_STOP_METRIC = ''
+    _C.TRAIN.EARLY_STOP_MODE = 'min'
+    _C.TRAIN.EARLY_STOP_PATIENCE = 10
     # (new) torch.compile backend of the model's forward ('inductor', 'aot_eager', ...); '' = eager
     # (default). If compiling fails, a warning names the cause and training goes on in eager mode.
     _C.TRAIN.COMPILE = ''

@@ -95,6 +95,10 @@ SHARED_RULES = {
     "TRAIN.MAX_CONSECUTIVE_SKIPS": int_at_least(1),
     "TRAIN.CHECKPOINT_STEPS": int_at_least(0),
     "TRAIN.CHECKPOINT_KEEP": int_at_least(1),
+    "TRAIN.CHECKPOINT_EVERY_FRACTION": number_in(0, 1),
+    "TRAIN.EMA_DECAY": Rule(lambda v, get: 0 <= v < 1, lambda get: "0 (off) or a number in (0, 1)"),
+    "TRAIN.EARLY_STOP_MODE": one_of("min", "max"),
+    "TRAIN.EARLY_STOP_PATIENCE": int_at_least(1),
 
     "VAL.FLIP_PROB": PROBABILITY,
     "VAL.BATCH_IMAGES": int_at_least(1),

@@ -61,6 +61,9 @@ class TrainContext:
     ``step_applied`` (that step was applied, not skipped for inf/nan). The figures (loss, LR, loss
     scale, timings, samples, memory, ...) are in ``record`` (:class:`common.events.StepRecord`),
     complete in ``after_batch``.
+
+    ``stop_reason``: set by a hook in ``before_train`` or ``after_epoch`` to end training before the next
+    epoch (the loop then calls ``after_train``); empty: go on.
     """
     net: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -77,6 +80,7 @@ class TrainContext:
     step_ended: bool = False
     step_applied: bool = False
     record: StepRecord = field(default_factory=StepRecord)
+    stop_reason: str = ""
 
     @property
     def is_main(self) -> bool:

@@ -49,25 +49,27 @@ class Checkpoint(HookBase):
 
 class StepCheckpoint(HookBase):
     """Hook: ``{prefix}-{epoch:04d}-b{batches:07d}.model`` every ``every_steps``
-    optimizer steps (TRAIN.CHECKPOINT_STEPS; applied and skipped steps both count), keeping the
-    ``keep`` newest such files (TRAIN.CHECKPOINT_KEEP).
+    optimizer steps (TRAIN.CHECKPOINT_STEPS; applied and skipped steps both count) and every ``also_every``
+    steps (TRAIN.CHECKPOINT_EVERY_FRACTION of the run, see :func:`fraction_steps`; 0: off, and
+    ``every_steps`` 0 leaves only these), keeping the ``keep`` newest such files (TRAIN.CHECKPOINT_KEEP).
 
     Saves only when a micro-batch ends an accumulation group (``ctx.step_ended``): then no partial
     gradients exist and the file resumes exactly. Runs in ``after_batch``, after the LR hook's
     ``after_step``, so the saved scheduler has taken the step.
     """
 
-    def __init__(self, checkpointer, every_steps, keep=2):
-        if every_steps < 1 or keep < 1:
-            raise ValueError("TRAIN.CHECKPOINT_STEPS and TRAIN.CHECKPOINT_KEEP must be >= 1, got {} and {}"
-                             .format(every_steps, keep))
+    def __init__(self, checkpointer, every_steps, keep=2, also_every=0):
+        if max(every_steps, also_every) < 1 or min(every_steps, also_every) < 0 or keep < 1:
+            raise ValueError("TRAIN.CHECKPOINT_STEPS (or the steps of CHECKPOINT_EVERY_FRACTION) and "
+                             "TRAIN.CHECKPOINT_KEEP must be >= 1, got {}, {} and {}".format(every_steps, also_every, keep))
         self.checkpointer = checkpointer
         self.every_steps = every_steps
+        self.periods = [p for p in (every_steps, also_every) if p > 0]
         self.keep = keep
 
     def after_batch(self, ctx):
         state, prefix = ctx.state, self.checkpointer.prefix
-        if not ctx.step_ended or tried_steps(state) % self.every_steps:
+        if not ctx.step_ended or all(tried_steps(state) % every for every in self.periods):
             return
         _save(self.checkpointer, step_checkpoint_path(prefix, state["epoch"], state["epoch_batch"]), ctx)
         prune_step_checkpoints(prefix, self.keep)
@@ -115,14 +117,26 @@ class PreemptionCheckpoint(HookBase):
         raise Preempted(message)
 
 
-def checkpoint_hooks(checkpointer, cfg):
+def fraction_steps(fraction, steps_per_epoch, epochs):
+    """Optimizer steps between the checkpoints of TRAIN.CHECKPOINT_EVERY_FRACTION: ``fraction`` of the
+    run's ``steps_per_epoch * epochs`` steps, rounded, at least 1."""
+    return max(1, int(round(fraction * steps_per_epoch * epochs)))
+
+
+def checkpoint_hooks(checkpointer, cfg, steps_per_epoch=0):
     """The checkpoint hooks a config asks for: the epoch-end one, then the mid-epoch one when
-    TRAIN.CHECKPOINT_STEPS > 0, both saving through ``checkpointer``.
+    TRAIN.CHECKPOINT_STEPS > 0 or TRAIN.CHECKPOINT_EVERY_FRACTION > 0 (then ``steps_per_epoch``, the
+    optimizer steps of an epoch, sizes the fraction), both saving through ``checkpointer``.
 
     Returns:
         list of hooks.
     """
+    train = cfg.TRAIN
     hooks = [Checkpoint(checkpointer, cfg.CHECKPOINT_FREQUENT)]
-    if cfg.TRAIN.CHECKPOINT_STEPS > 0:
-        hooks.append(StepCheckpoint(checkpointer, cfg.TRAIN.CHECKPOINT_STEPS, cfg.TRAIN.CHECKPOINT_KEEP))
+    also_every = 0
+    if train.CHECKPOINT_EVERY_FRACTION > 0:
+        also_every = fraction_steps(train.CHECKPOINT_EVERY_FRACTION, steps_per_epoch,
+                                    train.END_EPOCH - train.BEGIN_EPOCH)
+    if train.CHECKPOINT_STEPS > 0 or also_every:
+        hooks.append(StepCheckpoint(checkpointer, train.CHECKPOINT_STEPS, train.CHECKPOINT_KEEP, also_every))
     return hooks

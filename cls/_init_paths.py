@@ -1,0 +1,7 @@
+"""Puts the repository root on sys.path so `python <task>/<script>.py` works from anywhere."""
+import os
+import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)

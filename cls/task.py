@@ -1,0 +1,52 @@
+"""The image-classification task: any timm model on CIFAR-10/100 or an ImageFolder tree."""
+import os
+
+from common.metrics.composite_eval_metric import CompositeEvalMetric
+from common.metrics.loss_logger import loss_loggers
+from common.task import Input, Task, register_task
+import cls.data  # noqa: F401  (registers 'cifar10', 'cifar100', 'imagefolder')
+from cls.function.config import VALUE_RULES, check_config, cls_defaults
+from cls.function.test import PredictionsCSV
+from cls.metrics import CrossEntropy, TopKAccuracy
+from cls.modules import MODELS
+
+
+class ClsTask(Task):
+    """Image classification: softmax cross-entropy over ``NETWORK.NUM_CLASSES``; the best epoch is the
+    best top-1 accuracy ``Acc``."""
+    name = "cls"
+    models = MODELS
+    host_metric_name = "Acc"
+    value_rules = VALUE_RULES
+    check_config = staticmethod(check_config)
+
+    def defaults(self):
+        return cls_defaults()
+
+    def inputs(self, cfg):
+        """The data folder, and the ``NETWORK.IMAGE_PRETRAINED`` file when set."""
+        found = super().inputs(cfg)
+        if cfg.NETWORK.IMAGE_PRETRAINED:
+            found.append(Input("NETWORK.IMAGE_PRETRAINED", "timm weights", cfg.NETWORK.IMAGE_PRETRAINED))
+        return found
+
+    def label_index_in_batch(self, cfg):
+        """The ``label`` field (the batch ends with ``index``)."""
+        return "label"
+
+    def build_metrics(self, cfg, for_training):
+        """Top-1 ``Acc`` and ``Top5Acc``; validation adds the mean cross-entropy ``Loss``, training the
+        TRAIN.LOSS_LOGGERS."""
+        metrics = CompositeEvalMetric([TopKAccuracy(1, "Acc"), TopKAccuracy(5, "Top5Acc")])
+        extra = loss_loggers(cfg.TRAIN.LOSS_LOGGERS) if for_training else [CrossEntropy("Loss")]
+        for metric in extra:
+            metrics.add(metric)
+        return metrics
+
+    def test_evaluator(self, cfg, dataset, save_path, save_name):
+        """Writes ``{save_path}/{save_name}_{DATASET.DATASET}_{TEST_IMAGE_SET}.csv`` (:class:`PredictionsCSV`)."""
+        return PredictionsCSV(dataset, os.path.join(save_path, "{}_{}_{}.csv".format(
+            save_name, cfg.DATASET.DATASET, cfg.DATASET.TEST_IMAGE_SET)))
+
+
+TASK = register_task(ClsTask())

@@ -1,0 +1,70 @@
+"""Model EMA (timm's ``ModelEmaV3``): an exponential moving average of the weights, validated and saved
+as its own weights."""
+import os
+
+from common import distributed as cdist
+from common.checkpoint import atomic_save, model_state_fp32, unwrap_model
+from common.logs import get_logger
+
+from .base import HookBase
+
+logger = get_logger(__name__)
+
+
+def ema_checkpoint_path(prefix):
+    """``{prefix}-ema.model``: the newest EMA weights (a checkpoint with ``state_dict`` only; val/test
+    scripts read it as any checkpoint)."""
+    return "{}-ema.model".format(prefix)
+
+
+class ModelEma(HookBase):
+    """After every applied optimizer step, ``ema = decay * ema + (1 - decay) * weights`` (floating-point
+    buffers too; integer buffers are copied), on the model's device; after each validated epoch, the EMA model is validated like the model
+    (``Val-EMA-<metric>`` log line and TensorBoard scalars) and written to :func:`ema_checkpoint_path`.
+
+    ``state_dict()`` (saved in the training checkpoint under ``ema``) is the EMA weights, so a resumed run
+    continues the same average.
+
+    Args:
+        model: the trained model (DDP-wrapped or not).
+        decay: in (0, 1) (TRAIN.EMA_DECAY).
+        monitor: the :class:`common.hooks.validation_monitor.ValidationMonitor` whose ``val_func``, loader and
+            label position it reuses and whose ``validated`` says when.
+        metrics: a fresh validation metrics object (not the monitor's, which later hooks read).
+        prefix: ``{output folder}/{MODEL_PREFIX}``.
+    """
+
+    def __init__(self, model, decay, monitor, metrics, prefix):
+        if not 0 < decay < 1:
+            raise ValueError("TRAIN.EMA_DECAY must be in (0, 1), got {}".format(decay))
+        from timm.utils import ModelEmaV3  # imported only by runs that ask for EMA (timm takes seconds to import)
+
+        self.model = unwrap_model(model)
+        self.ema = ModelEmaV3(self.model, decay=decay)
+        self.monitor, self.metrics, self.prefix = monitor, metrics, prefix
+
+    def state_dict(self):
+        return self.ema.module.state_dict()
+
+    def load_state_dict(self, state):
+        self.ema.module.load_state_dict(state)
+
+    def after_step(self, ctx):
+        if ctx.step_applied:
+            self.ema.update(self.model)
+
+    def after_epoch(self, ctx):
+        if not self.monitor.validated:
+            return
+        m = self.monitor
+        m.val_func(self.ema.module, m.val_loader, self.metrics, m.label_index_in_batch)
+        values = dict(self.metrics.get_name_value())
+        if not cdist.is_main_process():
+            return
+        logger.info("Epoch[{:d}] \tVal-EMA-".format(ctx.epoch) + "".join(
+            "{}={:f},\t".format(n, v) for n, v in values.items()))
+        if ctx.writer is not None:
+            for name, value in values.items():
+                ctx.writer.add_scalar("Val-EMA-" + name, value, (ctx.epoch + 1) * ctx.batches_per_epoch - 1)
+        os.makedirs(os.path.dirname(os.path.abspath(self.prefix)), exist_ok=True)
+        atomic_save({"state_dict": model_state_fp32(self.ema.module)}, ema_checkpoint_path(self.prefix))
