@@ -74,3 +74,20 @@ def pad_to(tensor, length, dim, value):
     shape = list(tensor.shape)
     shape[dim] = missing
     return torch.cat((tensor, tensor.new_full(shape, value)), dim)
+
+
+def reported_loss(loss, label):
+    """``loss`` as the outputs dict reports it: NaN when ``label`` labels nothing, so a logged per-batch
+    mean (:class:`common.metrics.loss_logger.LossLogger`) skips the batch instead of counting a 0 (the
+    filler batches of a ``DATASET`` list's evaluation label nothing); ``loss`` itself otherwise. The loss
+    the model trains on is not changed. No host sync.
+
+    Args:
+        loss: scalar tensor.
+        label: the loss's labels: word ids [B, L] (-1 = none) or soft class targets [B, N, C] (a row
+            summing to 1 is labelled), or None when the loss is off.
+    """
+    if label is None:
+        return loss
+    labelled = (label.sum(-1) - 1).abs() < SOFT_TARGET_TOL if label.is_floating_point() else label != -1
+    return torch.where(labelled.any(), loss, torch.full_like(loss, float("nan")))

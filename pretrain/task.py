@@ -33,10 +33,7 @@ class PretrainTask(VLBertTask):
 
     def build_metrics(self, cfg, for_training):
         """The accuracies of the losses that are on (``RelAcc``, ``MLMAcc`` or ``MLMAccWVC`` + ``MLMAccAUX``,
-        ``MVRCAccuracy``) plus the ``TRAIN.LOSS_LOGGERS`` losses, in training and validation (as the reference),
-        except the validation of a ``DATASET`` list: there the sets that run out are filled in with
-        batches whose labels are ignored (:class:`common.data.multitask.MultiTaskEvalLoader`), which count
-        in no accuracy but would add zeros to a per-batch mean loss."""
+        ``MVRCAccuracy``) plus the ``TRAIN.LOSS_LOGGERS`` losses, in training and validation (as the reference)."""
         net = cfg.NETWORK
         metrics = CompositeEvalMetric()
         if net.WITH_REL_LOSS:
@@ -47,9 +44,8 @@ class PretrainTask(VLBertTask):
                 metrics.add(metric)
         if net.WITH_MVRC_LOSS:
             metrics.add(MVRCAccuracy())
-        if for_training or not isinstance(cfg.DATASET, list):
-            for metric in loss_loggers(cfg.TRAIN.LOSS_LOGGERS):
-                metrics.add(metric)
+        for metric in loss_loggers(cfg.TRAIN.LOSS_LOGGERS):
+            metrics.add(metric)
         return metrics
 
     check_config = staticmethod(check_config)

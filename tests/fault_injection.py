@@ -42,8 +42,8 @@ def _install_batch_end_fault():
 
     real = common.engine.checkpoint_hooks
 
-    def checkpoint_hooks(checkpointer, cfg):
-        return real(checkpointer, cfg) + [_fault_hook()]
+    def checkpoint_hooks(checkpointer, cfg, steps_per_epoch=0):
+        return real(checkpointer, cfg, steps_per_epoch) + [_fault_hook()]
     common.engine.checkpoint_hooks = checkpoint_hooks
 
 

@@ -117,7 +117,7 @@ def test_the_step_record_counts_the_samples_of_every_data_set():
 
 def test_validation_reads_every_data_set_once_whatever_the_process_count(tiny_pretrain):
     """A DATASET list's validation (captions + text corpus of different lengths) on 1 and on 2 processes
-    (each rank's shard in turn): every metric sums the same counts, so every set is read once, in full."""
+    (each rank's shard in turn): every accuracy sums the same counts, so every set is read once, in full."""
     from common.engine import build_loader
     from tests.tiny_pretrain import opts
     name = "base_e2e_16x16G_fp16.yaml"
@@ -139,6 +139,9 @@ def test_validation_reads_every_data_set_once_whatever_the_process_count(tiny_pr
     one, lengths = counts(1)
     assert lengths[0][0] != lengths[0][1]  # the sets differ in length: the shorter one is filled in
     two, _ = counts(2)
-    assert one == two
+    accuracies = [name for name in one if "Acc" in name]
+    assert accuracies and {n: one[n] for n in accuracies} == {n: two[n] for n in accuracies}
+    # the per-batch mean losses skip the filler batches (their losses are NaN): one count per real batch
+    assert one["MLMLossWVC"][0] == lengths[0][0] and one["MLMLossAUX"][0] == lengths[0][1]
     corpus = build_loader(PRETRAIN_TASK, dataset_configs(cfg)[1], "val")
     assert one["MLMAccAUX"][0] == sum(int((labels != -1).sum()) for _, labels in corpus)  # each passage once

@@ -25,10 +25,15 @@ class Net(nn.Module):
 
 
 class NetTask(Task):
+    """Declares NETWORK.PARTIAL_PRETRAIN as its partial-pretrain file (as the VL-BERT tasks do)."""
     name = "random_init_test"
 
     def build_model(self, cfg):
         return Net(cfg)
+
+    def partial_pretrain(self, cfg):
+        net = cfg.NETWORK
+        return (net.PARTIAL_PRETRAIN, net.PARTIAL_PRETRAIN_PREFIX_CHANGES) if net.PARTIAL_PRETRAIN else None
 
 
 TASK = NetTask()

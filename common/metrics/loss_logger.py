@@ -5,8 +5,9 @@ from .eval_metric import EvalMetric
 
 
 class LossLogger(EvalMetric):
-    """Mean over batches of ``outputs[output_name].mean()``; batches without it are skipped
-    (the reference counted them, diluting the mean).
+    """Mean over batches of ``outputs[output_name].mean()``; batches without it, or where it is NaN (a
+    model reports a loss over no labelled item as NaN, e.g. the filler batches of a ``DATASET`` list's
+    evaluation), are skipped (the reference counted them, diluting the mean). No host sync.
 
     Args:
         output_name: key in the outputs dict (``'ans_loss'``).
@@ -20,8 +21,10 @@ class LossLogger(EvalMetric):
     def update(self, outputs):
         if self.output_name in outputs:
             with torch.no_grad():
-                self.sum_metric = self.sum_metric + outputs[self.output_name].detach().float().mean()
-                self.num_inst = self.num_inst + 1
+                value = outputs[self.output_name].detach().float().mean()
+                counted = ~torch.isnan(value)
+                self.sum_metric = self.sum_metric + torch.where(counted, value, value.new_zeros(()))
+                self.num_inst = self.num_inst + counted.long()
 
 
 def loss_loggers(pairs, skip=()):

@@ -5,7 +5,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common.modeling.fast_rcnn import FastRCNN
-from pretrain.losses import masked_lm_loss, mvrc_loss, pad_to
+from pretrain.losses import masked_lm_loss, mvrc_loss, pad_to, reported_loss
 from common.modeling.visual_linguistic_bert import VisualLinguisticBertForPretraining
 from common.modeling.vlbert_module import VLBertModule, collect_obj_reps, valid_text_mask
 
@@ -116,5 +116,6 @@ class ResNetVLBERTForPretraining(VLBertModule):
             mvrc = mvrc_loss(mvrc_logits, mvrc_labels, net.MVRC_LOSS_NORM_IN_BATCH_FIRST)
             outputs.update(mvrc_logits=pad_to(mvrc_logits, num_boxes, 1, PAD_LOGIT),
                            mvrc_label=pad_to(mvrc_labels, num_boxes, 1, 0.0))
-        outputs.update(relationship_loss=relationship_loss, mlm_loss=mlm_loss, mvrc_loss=mvrc)
+        outputs.update(relationship_loss=relationship_loss, mlm_loss=reported_loss(mlm_loss, outputs['mlm_label']),
+                       mvrc_loss=reported_loss(mvrc, outputs['mvrc_label']))
         return outputs, relationship_loss.mean() + mlm_loss.mean() + mvrc.mean()

@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pretrain.losses import masked_lm_loss, mvrc_loss, pad_to
+from pretrain.losses import masked_lm_loss, mvrc_loss, pad_to, reported_loss
 from common.modeling.vlbert_module import collect_obj_reps, valid_text_mask
 from .resnet_vlbert_for_pretraining import PAD_LOGIT, ResNetVLBERTForPretraining
 
@@ -84,6 +84,8 @@ class ResNetVLBERTForPretrainingMultitask(ResNetVLBERTForPretraining):
             mvrc = mvrc_loss(mvrc_logits, mvrc_labels, net.MVRC_LOSS_NORM_IN_BATCH_FIRST)
             outputs.update(mvrc_logits=pad_to(mvrc_logits, num_boxes, 1, PAD_LOGIT),
                            mvrc_label=pad_to(mvrc_labels, num_boxes, 1, 0.0))
-        outputs.update(relationship_loss=relationship_loss, mlm_loss_wvc=mlm_loss_wvc, mlm_loss_aux=mlm_loss_aux,
-                       mvrc_loss=mvrc)
+        outputs.update(relationship_loss=relationship_loss,
+                       mlm_loss_wvc=reported_loss(mlm_loss_wvc, outputs['mlm_label_wvc']),
+                       mlm_loss_aux=reported_loss(mlm_loss_aux, outputs['mlm_label_aux']),
+                       mvrc_loss=reported_loss(mvrc, outputs['mvrc_label']))
         return outputs, relationship_loss.mean() + mlm_loss_wvc.mean() + mlm_loss_aux.mean() + mvrc.mean()
