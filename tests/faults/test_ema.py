@@ -1,8 +1,10 @@
 """Model EMA (TRAIN.EMA_DECAY, common/hooks/ema.py): the averaged weights after 3 optimizer steps equal the
 hand-computed average of the weights after each step; the tiny task's run writes ``-ema.model``,
-``Val-EMA-*`` scalars and the EMA state in its checkpoint."""
+``Val-EMA-*`` scalars and the EMA state in its checkpoint; a SIGKILL + resume ends with the same EMA."""
 import os
+import signal
 
+import pytest
 import torch
 
 from common.hooks.base import HookBase
@@ -68,3 +70,22 @@ def test_tiny_run_validates_and_saves_the_ema_model(tiny_cfg, tmp_path):
     scalars = tensorboard_scalars_in(folder)
     assert [step for step, _ in scalars["Val-EMA-Acc"]] == [15]
     assert 0.0 <= scalars["Val-EMA-Acc"][0][1] <= 1.0
+
+
+@pytest.mark.slow
+def test_ema_resumes_bit_for_bit_after_a_kill(tiny_cfg, tmp_path):
+    opts = ["TRAIN.EMA_DECAY", 0.9, "TRAIN.END_EPOCH", 2]
+    assert harness.run_here(tiny_cfg, tmp_path / "clean", opts=opts) == 0
+    clean = harness.out_dir(tmp_path / "clean")
+
+    # Killed in epoch 1 (16 micro-batches per epoch), after its mid-epoch checkpoint at 4 micro-batches.
+    work = tmp_path / "killed"
+    rc, out, err = harness.run(tiny_cfg, work, opts=opts, faults={"FAULT_KILL_AT_BATCH": 16 + 7})
+    assert rc == -signal.SIGKILL, err[-2000:]
+    rc, out, err = harness.run(tiny_cfg, work, opts=opts)
+    assert rc == 0, err[-2000:]
+    assert "Resumed from" in out + err
+    resumed = harness.out_dir(work)
+    for name in ("tiny-0001.model", "tiny-ema.model"):
+        harness.assert_same(harness.training_state(os.path.join(resumed, name)),
+                            harness.training_state(os.path.join(clean, name)), name)
