@@ -6,20 +6,16 @@ Writes ``{result-path}/{result-name or MODEL_PREFIX}_{DATASET.DATASET}_{TEST_IMA
 (:class:`cls.function.test.PredictionsCSV`) and prints its path.
 """
 import _init_paths  # noqa: F401
-import argparse
 
-from common.cli import run_main
+from common.cli import eval_argument_parser, run_main
 from common.engine import test_net
 from cls.task import TASK
 
 
 def main():
-    parser = argparse.ArgumentParser("image classification: predictions CSV")
-    parser.add_argument("--cfg", required=True, help="config file")
-    parser.add_argument("--ckpt", required=True, help="checkpoint file")
+    parser = eval_argument_parser("image classification: predictions CSV")
     parser.add_argument("--result-path", default="./test_result", help="folder of the result file")
     parser.add_argument("--result-name", help="file name prefix (default MODEL_PREFIX)")
-    parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
     args = parser.parse_args()
     cfg = TASK.load_config(args.cfg, args.opts)
     print(test_net(TASK, cfg, args.ckpt, args.result_path, args.result_name or cfg.MODEL_PREFIX))

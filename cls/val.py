@@ -5,19 +5,15 @@
 Prints ``cls <split>: top-1 0.812500, top-5 0.968750, loss 0.612345 (10000 images)``.
 """
 import _init_paths  # noqa: F401
-import argparse
 
-from common.cli import run_main
+from common.cli import eval_argument_parser, run_main
 from common.engine import build_loader, inference_device, load_for_inference
 from common.evaluation import MetricEvaluator, inference_on_dataset
 from cls.task import TASK
 
 
 def main():
-    parser = argparse.ArgumentParser("image classification: validation accuracy")
-    parser.add_argument("--cfg", required=True, help="config file")
-    parser.add_argument("--ckpt", required=True, help="checkpoint file")
-    parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
+    parser = eval_argument_parser("image classification: validation accuracy")
     args = parser.parse_args()
     cfg = TASK.load_config(args.cfg, args.opts)
     model = load_for_inference(TASK, cfg, args.ckpt, inference_device())

@@ -30,6 +30,16 @@ def train_argument_parser(description):
     return parser
 
 
+def eval_argument_parser(description):
+    """The argparse parser shared by the one-model ``val.py`` / ``test.py`` scripts: ``--cfg``, ``--ckpt``
+    and ``--opts``; a script adds its own options (``--opts`` takes the rest of the line, so it stays last)."""
+    parser = argparse.ArgumentParser(description)
+    parser.add_argument("--cfg", required=True, help="config file")
+    parser.add_argument("--ckpt", required=True, help="checkpoint file")
+    parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
+    return parser
+
+
 def config_from_args(args, task):
     """Frozen config of ``task`` (:class:`common.task.Task`) from ``--cfg``, ``--opts``, ``--partial-pretrain``
     and ``--model-dir``.

@@ -8,18 +8,15 @@ expression, keyed by ref id) and the accuracy, per split of the refs (``test`` i
 Boxes: ``DATASET.TEST_BOXES``.
 """
 import _init_paths  # noqa: F401
-import argparse
 
-from common.cli import run_main
+from common.cli import eval_argument_parser, run_main
 from common.engine import test_net
 from refcoco.data.refer import SPLITS
 from refcoco.task import TASK
 
 
 def parse_args():
-    parser = argparse.ArgumentParser("RefCOCO+ result files and accuracy")
-    parser.add_argument("--cfg", required=True, help="config file")
-    parser.add_argument("--ckpt", required=True, help="checkpoint file")
+    parser = eval_argument_parser("RefCOCO+ result files and accuracy")
     parser.add_argument("--split", nargs="+", default=["val"], choices=[s for s in SPLITS if s != "train"],
                         help="split(s) to predict (default val)")
     parser.add_argument("--bs", type=int, help="TEST.BATCH_IMAGES")
@@ -27,7 +24,6 @@ def parse_args():
                         help="accepted for compatibility; one device is used")
     parser.add_argument("--result-path", default="./test_result", help="folder of the result files")
     parser.add_argument("--result-name", help="file name prefix (default MODEL_PREFIX)")
-    parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
     return parser.parse_args()
 
 

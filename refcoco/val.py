@@ -6,18 +6,14 @@ Evaluates ``DATASET.VAL_IMAGE_SET`` with ``DATASET.VAL_BOXES`` through the epoch
 and prints the accuracy of each split of the refs, then over all of them when several.
 """
 import _init_paths  # noqa: F401
-import argparse
 
-from common.cli import run_main
+from common.cli import eval_argument_parser, run_main
 from refcoco.function.test import print_accuracies, val_accuracies
 from refcoco.task import TASK
 
 
 def main():
-    parser = argparse.ArgumentParser("RefCOCO+ validation accuracy")
-    parser.add_argument("--cfg", required=True, help="config file")
-    parser.add_argument("--ckpt", required=True, help="checkpoint file")
-    parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
+    parser = eval_argument_parser("RefCOCO+ validation accuracy")
     args = parser.parse_args()
     print_accuracies(val_accuracies(TASK, TASK.load_config(args.cfg, args.opts), args.ckpt))
 
