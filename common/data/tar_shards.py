@@ -100,10 +100,11 @@ def index_shard(path):
         members whose data runs past the end of a truncated file are left out, with their count.
     """
     size = os.path.getsize(path)
-    samples, cut = {}, 0
+    samples, cut, seen = {}, 0, 0
     try:
         with tarfile.open(path, "r:") as tar:
             for info in tar:
+                seen += 1
                 match = _KEY_EXT.match(info.name)
                 if not info.isfile() or match is None:
                     continue
@@ -113,6 +114,9 @@ def index_shard(path):
                 key, ext = match.groups()
                 samples.setdefault(key, {})[ext.lower()] = (info.offset_data, info.size)
     except tarfile.ReadError as e:
+        if seen:  # a file cut short after whole members: keep those
+            logger.warning("shard '%s' is truncated (%s): the members after its first %d left out", path, e, seen)
+            return list(samples.items())
         with open(path, "rb") as f:
             gzipped = f.read(2) == b"\x1f\x8b"
         raise ShardError("shard '{}' is not {}tar file ({}){}".format(
