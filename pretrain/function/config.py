@@ -20,7 +20,8 @@ def pretrain_defaults():
     # Text-only corpus: tokens per sequence and shortest sequence kept.
     _C.DATASET.SEQ_LEN = 64
     _C.DATASET.MIN_SEQ_LEN = 0
-    # (new) Share of unreadable images (missing, truncated, undecodable) a caption data set may skip
+    # (new) Share of unreadable images (missing, truncated, undecodable; 'cc_shards': samples with an unreadable
+    # image, caption, JSON or .npy member) a caption data set may skip
     # before the run stops, in [0, 1]; 0 makes the first one an error.
     _C.DATASET.MAX_SKIPPED_SHARE = 0.01
     # (new) DATASET.DATASET 'cc_shards' (webdataset / img2dataset tar shards, pretrain/data/caption_shards.py):
