@@ -27,7 +27,8 @@ class ConceptualCaptionsDataset(Dataset):
     """Image-caption pretraining samples in the reference's ``data_names`` order.
 
     Args:
-        records: ``CaptionRecord`` list (``read_caption_index``).
+        records: ``CaptionRecord`` list (``read_caption_index``); a subclass may hold another sequence of
+            samples (``caption_shards.CaptionShardDataset``: a ``ShardIndex``) and override ``_regions``.
         tokenizer: ``BertTokenizer``.
         seq_len (int): text tokens plus regions at most (``DATASET.SEQ_LEN``); both are cut together
             (``truncation.truncate_text_and_regions``).
