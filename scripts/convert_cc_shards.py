@@ -1,7 +1,7 @@
 """Convert Conceptual Captions between the reference's layout and webdataset / img2dataset tar shards.
 
-    python scripts/convert_cc_shards.py to-shards --data DIR [--image-set train] [--zip-mode] --out OUT [--per-shard 1000]
-    python scripts/convert_cc_shards.py from-shards --shards 'OUT/train-{00000..00003}.tar' --out DIR [--image-set train]
+    python scripts/convert_cc_shards.py to-shards --data DIR --out OUT [--image-set train] [--zip-mode] [--per-shard N]
+    python scripts/convert_cc_shards.py from-shards --shards 'OUT/train-{00000..00003}.tar' --out DIR [--image-set S]
 
 ``to-shards`` reads ``{DIR}/{set}_frcnn.json`` and its images and detector files (``pretrain/data/
 conceptual_captions.py``; ``--zip-mode`` is ``DATASET.ZIP_MODE``) and writes ``{OUT}/{set}-{00000..}.tar``, one
