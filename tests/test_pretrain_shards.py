@@ -24,7 +24,7 @@ from common.errors import UserInputError
 from pretrain.data.caption_dataset import ConceptualCaptionsDataset
 from pretrain.data.caption_shards import CaptionShardDataset
 from pretrain.data.conceptual_captions import read_caption_index
-from scripts.convert_cc_shards import from_shards, to_shards
+from scripts.convert_cc_shards import from_shards, index, to_shards
 from tests import pretrain_fixtures
 from tests import tiny_pretrain as tp
 from tests import tiny_vcr as vcr
@@ -236,6 +236,11 @@ def test_converter_round_trip_and_webdataset_reads_the_shards(demo, tmp_path):
         assert os.path.relpath(x.image, folder) == os.path.relpath(y.image, str(tmp_path / "back"))
         assert open(x.image, "rb").read() == open(y.image, "rb").read()
         assert json.load(open(x.frcnn)) == json.load(open(y.frcnn))
+    for path in paths:  # written by the data set tests, if they ran
+        if os.path.exists(path + tar_shards.INDEX_SUFFIX):
+            os.remove(path + tar_shards.INDEX_SUFFIX)
+    assert index(os.path.join(root, "shards", "train-{00000..00003}.tar"), workers=2) == 13
+    assert all(os.path.isfile(path + tar_shards.INDEX_SUFFIX) for path in paths)
     keys = [s["__key__"] for s in webdataset.WebDataset(paths, shardshuffle=False)]
     assert keys == ["{:09d}".format(i) for i in range(13)]
 
