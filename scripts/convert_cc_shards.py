@@ -84,7 +84,7 @@ def from_shards(pattern, out, image_set="train", root=""):
             caption = caption.split()
         if not caption:
             raise UserInputError("{}: no caption".format(index.name(i)))
-        image = meta.get("cc_image") or "{}_image/{}.{}".format(image_set, key, index.image_ext[i])
+        image = meta.get("cc_image") or "{}_image/{}.{}".format(image_set, key, index.image_ext(i))
         frcnn = meta.get("cc_frcnn") or "{}_frcnn/{}.json".format(image_set, key)
         detector = {k: v for k, v in meta.items() if k not in OWN_FIELDS}
         if index.has(i, "npy"):

@@ -68,7 +68,7 @@ def test_index_names_members_and_is_cached_next_to_the_shard(tmp_path):
     tar_shards.write_shards([sample, {"__key__": "b2", "png": b"x"}], str(tmp_path / "s"))
     path = str(tmp_path / "s-00000.tar")
     index = tar_shards.ShardIndex.build([path])
-    assert len(index) == 2 and index.image_ext == ["jpg", "png"]
+    assert len(index) == 2 and [index.image_ext(i) for i in range(2)] == ["jpg", "png"]
     assert index.read(0, "txt") == b"a red square" and index.read(0, "image") == sample["jpg"]
     assert index.name(1, "image") == path + ":b2.png" and not index.has(1, "txt")
     with pytest.raises(FileNotFoundError, match="b2.txt"):
