@@ -218,6 +218,17 @@ def test_grid_regions_without_detector_output_and_npy_features(tmp_path):
     assert torch.equal(boxes[1:, 4:], torch.from_numpy(feats[[1, 0]]))  # regions by best class score
 
 
+def test_config_refuses_a_misspelt_grid_and_shard_keys_on_the_json_layout(tmp_path):
+    from tests.conftest import load_task
+
+    task, cfg = load_task("pretrain"), tp.cfg_path("base_prec_withouttextonly_4x16G_fp32.yaml")
+    with pytest.raises(UserInputError, match="DATASET.GRID_BOXES: expected 'ROWSxCOLS'"):
+        task.load_config(cfg, ["DATASET.GRID_BOXES", "4by4"])
+    loaded = task.load_config(cfg, ["DATASET.GRID_BOXES", "2x2"])
+    with pytest.raises(UserInputError, match="DATASET.GRID_BOXES is read by DATASET.DATASET 'cc_shards' only"):
+        ConceptualCaptionsDataset.from_config(loaded, "train")
+
+
 def b64(rows):
     from common.data.region_features import encode_array
     return encode_array(np.asarray(rows, dtype=np.float32))

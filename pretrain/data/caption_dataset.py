@@ -12,8 +12,8 @@ from common.data.loading import check_image_size, load_image
 from common.data.samplers import resolve_key
 from common.data.skips import SkipCounter, read_or_skip
 from common.data.tokenizer import build_tokenizer
-from common.errors import UserInputError
 from common.data.transforms import clip_boxes_
+from common.errors import UserInputError
 
 from .conceptual_captions import INDEX_FILE, CaptionDataError, load_detections, read_caption_index
 from .masking import IGNORE, WholeWordMasker, mask_regions, region_pixel_mask, whole_image_feature
