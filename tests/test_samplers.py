@@ -215,3 +215,21 @@ def test_resume_on_another_world_size_trains_every_remaining_sample_once(old, ne
     assert len(trained) == len(set(trained)) == old * batch * done
     remaining = set(range(size)) - set(trained)
     assert remaining <= set(rest) and len(rest) - len(remaining) < new * batch
+
+
+def test_a_datasets_epoch_order_replaces_randperm_and_resumes_by_units():
+    class Ordered(_Data):
+        def epoch_order(self, seed, epoch):
+            return list(reversed(range(self.n)))[epoch:] + list(reversed(range(self.n)))[:epoch]
+
+    data = Ordered(7)
+    order = data.epoch_order(0, 2)
+    ranks = [make_batch_sampler(data, 2, True, world_size=2, rank=r, seed=0) for r in range(2)]
+    for s in ranks:
+        s.set_epoch(2)
+    assert [i for b in ranks[0] for i in b] == (order + order[:1])[0::2]
+    assert [i for b in ranks[1] for i in b] == (order + order[:1])[1::2]
+    single = make_batch_sampler(data, 2, True, seed=0)
+    single.set_epoch(2)
+    single.resume(ranks[0].consumed(1), 0)  # one batch of each rank done, resumed on one process
+    assert [i for b in single for i in b] == order[4:]

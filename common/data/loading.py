@@ -20,12 +20,20 @@ def load_image(path):
         FileNotFoundError: the file is missing.
         ValueError: the bytes are not a decodable image (message names the file).
     """
-    data = read_bytes(path)
+    return decode_image(read_bytes(path), path)
+
+
+def decode_image(data, name):
+    """Decode image bytes as :func:`load_image` does; ``name`` (the file or archive member) goes into errors.
+
+    Raises:
+        UserInputError: the bytes are not a decodable image.
+    """
     try:
         image = Image.open(io.BytesIO(data))
         image.load()
     except (UnidentifiedImageError, OSError, SyntaxError) as e:
-        raise UserInputError("cannot decode image '{}': {}".format(path, e)) from None
+        raise UserInputError("cannot decode image '{}': {}".format(name, e)) from None
     image = ImageOps.exif_transpose(image)
     return image.convert("RGB") if image.mode != "RGB" else image
 
@@ -76,11 +84,19 @@ def load_json(path):
         FileNotFoundError: the file is missing.
         ValueError: invalid JSON (message names the file, line and column).
     """
-    data = read_bytes(path)
+    return parse_json(read_bytes(path), path)
+
+
+def parse_json(data, name):
+    """Parse UTF-8 JSON bytes; ``name`` (the file or archive member) goes into errors.
+
+    Raises:
+        UserInputError: not UTF-8 or not valid JSON (names ``name``, the line and column).
+    """
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserInputError("invalid JSON in '{}': {}".format(path, e)) from None
+        raise UserInputError("invalid JSON in '{}': {}".format(name, e)) from None
 
 
 def read_json_lines(path, required=(), error=UserInputError, context=""):

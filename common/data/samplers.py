@@ -69,17 +69,21 @@ class DistributedSampler(Sampler):
         size (int): number of samples in the dataset.
         num_replicas (int): world size.
         rank (int): this process's rank.
-        shuffle (bool): permute with ``torch.randperm`` seeded by ``seed + epoch``; else in order.
+        shuffle (bool): permute with ``torch.randperm`` seeded by ``seed + epoch`` (or ``order``); else in order.
         seed (int): base seed, identical on every rank.
+        order (callable or None): ``order(seed, epoch)`` -> the epoch's permutation of ``range(size)`` (a
+            sequence of int), used instead of ``torch.randperm`` when shuffling: a data set whose reads should
+            follow its storage (tar shards: ``common.data.tar_shards.epoch_order``) gives its own.
     """
 
-    def __init__(self, size, num_replicas=1, rank=0, shuffle=True, seed=0):
+    def __init__(self, size, num_replicas=1, rank=0, shuffle=True, seed=0, order=None):
         _check_rank(num_replicas, rank)
         self.size = int(size)
         self.num_replicas = num_replicas
         self.rank = rank
         self.shuffle = shuffle
         self.seed = int(seed)
+        self.order = order
         self.epoch = 0
         self.start = 0
 
@@ -94,7 +98,9 @@ class DistributedSampler(Sampler):
 
     def global_order(self):
         """The padded order over all ranks for the current epoch, from position ``start`` (list of int)."""
-        if self.shuffle:
+        if self.shuffle and self.order is not None:
+            order = [int(i) for i in self.order(self.seed, self.epoch)]
+        elif self.shuffle:
             g = torch.Generator()
             g.manual_seed(self.seed + self.epoch)
             order = torch.randperm(self.size, generator=g).tolist()
@@ -315,7 +321,8 @@ def make_batch_sampler(dataset, batch_size, is_train, world_size=1, rank=0, shuf
     Training (``is_train``): a ``ResumableBatchSampler`` over a seeded ``DistributedSampler``
     (call ``set_epoch`` every epoch, ``skip`` to resume). With ``aspect_grouping``, batches are
     formed from the global order by ``GroupedBatchSampler`` using ``dataset.group_ids`` (see
-    ``aspect_ratio_group_ids``) and dealt out to ranks whole. Evaluation: batches over an
+    ``aspect_ratio_group_ids``) and dealt out to ranks whole. A dataset with an ``epoch_order(seed, epoch)``
+    method gives the shuffled order of each epoch itself (see ``DistributedSampler``). Evaluation: batches over an
     ``InferenceSampler`` shard (no duplicates; ranks may get one batch more or less).
 
     Args:
@@ -341,13 +348,14 @@ def make_batch_sampler(dataset, batch_size, is_train, world_size=1, rank=0, shuf
         shard = BatchSampler(InferenceSampler(size, world_size, rank), batch_size, drop_last)
         return ResumableBatchSampler(shard, key_seed=key_seed) if sample_keys else shard
     shuffle = is_train if shuffle is None else shuffle
+    epoch_order = getattr(dataset, "epoch_order", None)
     if aspect_grouping:
         group_ids = getattr(dataset, "group_ids", None)
         if group_ids is None or len(group_ids) != size:
             raise ValueError("aspect grouping needs {}.group_ids with one id per sample ({} samples)".format(
                 type(dataset).__name__, size))
-        order = DistributedSampler(size, 1, 0, shuffle=shuffle, seed=seed)
+        order = DistributedSampler(size, 1, 0, shuffle=shuffle, seed=seed, order=epoch_order)
         return ResumableBatchSampler(GroupedBatchSampler(order, group_ids, batch_size, drop_last), world_size, rank,
                                      key_seed=key_seed)
-    sampler = DistributedSampler(size, world_size, rank, shuffle=shuffle, seed=seed)
+    sampler = DistributedSampler(size, world_size, rank, shuffle=shuffle, seed=seed, order=epoch_order)
     return ResumableBatchSampler(BatchSampler(sampler, batch_size, drop_last), key_seed=key_seed)

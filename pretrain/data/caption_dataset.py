@@ -13,6 +13,7 @@ from common.data.samplers import resolve_key
 from common.data.skips import SkipCounter, read_or_skip
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import clip_boxes_
+from common.errors import UserInputError
 
 from .conceptual_captions import INDEX_FILE, CaptionDataError, load_detections, read_caption_index
 from .masking import IGNORE, WholeWordMasker, mask_regions, region_pixel_mask, whole_image_feature
@@ -26,7 +27,8 @@ class ConceptualCaptionsDataset(Dataset):
     """Image-caption pretraining samples in the reference's ``data_names`` order.
 
     Args:
-        records: ``CaptionRecord`` list (``read_caption_index``).
+        records: ``CaptionRecord`` list (``read_caption_index``); a subclass may hold another sequence of
+            samples (``caption_shards.CaptionShardDataset``: a ``ShardIndex``) and override ``_regions``.
         tokenizer: ``BertTokenizer``.
         seq_len (int): text tokens plus regions at most (``DATASET.SEQ_LEN``); both are cut together
             (``truncation.truncate_text_and_regions``).
@@ -88,8 +90,13 @@ class ConceptualCaptionsDataset(Dataset):
 
         Raises:
             FileNotFoundError: no index file or no ``vocab.txt`` in ``NETWORK.BERT_MODEL_NAME``.
+            UserInputError: a key of the 'cc_shards' data set is set.
         """
         d = cfg.DATASET
+        for key in ("TRAIN_SHARDS", "VAL_SHARDS", "TEST_SHARDS", "GRID_BOXES"):
+            if d.get(key):
+                raise UserInputError("DATASET.{} is read by DATASET.DATASET 'cc_shards' only, not by "
+                                     "'conceptual_captions'".format(key))
         image_set = d["{}_IMAGE_SET".format(mode.upper())]
         records = read_caption_index(os.path.join(d.DATASET_PATH, INDEX_FILE.format(image_set)), d.DATASET_PATH,
                                      d.ZIP_MODE)
@@ -115,27 +122,39 @@ class ConceptualCaptionsDataset(Dataset):
                 return j, image
         raise RuntimeError("no image of the Conceptual Captions index could be read")  # only with max_share 1
 
-    def _caption(self, index, generator):
-        """(caption tokens, relationship label): half the time another record's caption, label 0."""
-        if self.with_rel and len(self.records) > 1 and torch.rand((), generator=generator) >= 0.5:
-            other = int(torch.randint(len(self.records) - 1, (), generator=generator))
-            return self.records[other + (other >= index)].caption, 0
-        return self.records[index].caption, 1
-
-    def __getitem__(self, key):
-        index, generator = resolve_key(key)
+    def _regions(self, index):
+        """``(index, image, detections, caption tokens)`` of the first readable sample from ``index`` on (the
+        index it was found at; image None when precomputed)."""
         index, image = self._readable(index)
         record = self.records[index]
         det = load_detections(record.frcnn, with_features=self.precomputed)
-        boxes = det.boxes.clone()
         if image is not None:
             check_image_size(record.image, image.size, (det.width, det.height), "detector file '{}'".format(
-                record.frcnn), boxes, error=CaptionDataError)
+                record.frcnn), det.boxes, error=CaptionDataError)
+        return index, image, det, record.caption
+
+    def _other_caption(self, index):
+        """Caption tokens of sample ``index`` for a mismatched pair (None: unreadable, the pair stays matched)."""
+        return self.records[index].caption
+
+    def _caption(self, index, caption, generator):
+        """(caption tokens, relationship label): half the time another sample's caption, label 0."""
+        if self.with_rel and len(self) > 1 and torch.rand((), generator=generator) >= 0.5:
+            other = int(torch.randint(len(self) - 1, (), generator=generator))
+            other_caption = self._other_caption(other + (other >= index))
+            if other_caption is not None:
+                return other_caption, 0
+        return caption, 1
+
+    def __getitem__(self, key):
+        index, generator = resolve_key(key)
+        index, image, det, caption = self._regions(index)
+        boxes = det.boxes.clone()
         w0, h0 = (det.width, det.height) if image is None else image.size
         if self.add_image_as_a_box:
             boxes = torch.cat([torch.tensor([[0.0, 0.0, w0 - 1.0, h0 - 1.0]]), boxes])
         im_info = torch.tensor([w0, h0, 1.0, 1.0, index], dtype=torch.float32)
-        caption, relationship_label = self._caption(index, generator)
+        caption, relationship_label = self._caption(index, caption, generator)
         if image is not None and self.transform is not None:
             sample = self.transform({"image": image, "boxes": boxes, "im_info": im_info, "texts": [caption],
                                      "generator": generator})

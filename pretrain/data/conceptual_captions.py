@@ -116,37 +116,55 @@ def decode_floats(text, rows, where):
 
 
 def load_detections(path, with_features=False):
-    """Read a detector file (plain or ``archive.zip@/inner``).
+    """Read a detector file (plain or ``archive.zip@/inner``); see :func:`detections_from_json`.
+
+    Raises:
+        FileNotFoundError: the file is missing.
+        CaptionDataError: invalid JSON, or as :func:`detections_from_json`.
+    """
+    return detections_from_json(load_json(path), "detector file '{}'".format(path), with_features)
+
+
+def detections_from_json(meta, where, with_features=False, features=None):
+    """Decode the detector's JSON object of one image.
 
     Args:
-        path (str): the file (``CaptionRecord.frcnn``).
+        meta (dict): the object (``num_boxes``, ``image_w``, ``image_h``, ``boxes``, ``classes``, ``features``).
+        where (str): how errors name it (``"detector file 'x.json'"``).
         with_features (bool): also decode ``features`` (``NETWORK.IMAGE_FEAT_PRECOMPUTED``).
+        features (tensor or None): float32 ``(num_boxes, D)`` features given apart (a shard's ``.npy``
+            member), used instead of ``meta['features']``.
     Returns:
         ``Detections``, regions sorted by their highest class score, best first (stable for
         ties), as the reference orders them before keeping the first ``SEQ_LEN``.
     Raises:
-        FileNotFoundError: the file is missing.
-        CaptionDataError: invalid JSON, a missing field, ``num_boxes < 1``, a field that does not
-            decode to ``num_boxes`` rows, boxes without 4 columns (names the file and field).
+        CaptionDataError: not an object, a missing field, ``num_boxes < 1``, a field that does not decode to
+            ``num_boxes`` rows, boxes without 4 columns (names ``where`` and the field).
     """
-    meta = load_json(path)
-    needed = ["num_boxes", "image_w", "image_h", "boxes", "classes"] + (["features"] if with_features else [])
+    if not isinstance(meta, dict):
+        raise CaptionDataError("{}: expected a JSON object, got {}".format(where, type(meta).__name__))
+    needed = ["num_boxes", "image_w", "image_h", "boxes", "classes"]
+    needed += ["features"] if with_features and features is None else []
     missing = [k for k in needed if k not in meta]
     if missing:
-        raise CaptionDataError("detector file '{}': missing field(s) {}{}".format(
-            path, ", ".join(missing), " (the precomputed-feature configs need 'features')"
+        raise CaptionDataError("{}: missing field(s) {}{}".format(
+            where, ", ".join(missing), " (the precomputed-feature configs need 'features')"
             if missing == ["features"] else ""))
     rows = meta["num_boxes"]
     if not isinstance(rows, int) or rows < 1:
-        raise CaptionDataError("detector file '{}': 'num_boxes' must be an int >= 1, got {!r}".format(path, rows))
+        raise CaptionDataError("{}: 'num_boxes' must be an int >= 1, got {!r}".format(where, rows))
 
     def field(key):
-        return decode_floats(meta[key], rows, "detector file '{}' field '{}'".format(path, key))
+        return decode_floats(meta[key], rows, "{} field '{}'".format(where, key))
 
     boxes, scores = field("boxes"), field("classes")
     if boxes.shape[1] != 4:
-        raise CaptionDataError("detector file '{}': 'boxes' has {} numbers per box, expected 4 (x1, y1, x2, y2)"
-                               .format(path, boxes.shape[1]))
+        raise CaptionDataError("{}: 'boxes' has {} numbers per box, expected 4 (x1, y1, x2, y2)"
+                               .format(where, boxes.shape[1]))
+    if with_features and features is not None and len(features) != rows:
+        raise CaptionDataError("{}: {} feature rows for {} boxes".format(where, len(features), rows))
     order = torch.sort(scores.max(dim=1).values, descending=True, stable=True).indices
-    features = field("features")[order] if with_features else None
-    return Detections(boxes[order], scores[order], features, int(meta["image_w"]), int(meta["image_h"]))
+    if with_features:
+        features = (field("features") if features is None else features)[order]
+    return Detections(boxes[order], scores[order], features if with_features else None,
+                      int(meta["image_w"]), int(meta["image_h"]))

@@ -5,9 +5,10 @@ and what each key does here (``KEY_STATUS``).
 DATASET defaults below.
 """
 from common.config import common_defaults, reference_api, task_rules
-from common.config.values import PROBABILITY, int_at_least
+from common.config.values import PROBABILITY, Rule, int_at_least
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 from common.modeling.vlbert_config import VLBERT_RULES, VLBERT_STATUS, add_vlbert_config
+from pretrain.data.caption_shards import GRID
 
 
 def pretrain_defaults():
@@ -19,9 +20,21 @@ def pretrain_defaults():
     # Text-only corpus: tokens per sequence and shortest sequence kept.
     _C.DATASET.SEQ_LEN = 64
     _C.DATASET.MIN_SEQ_LEN = 0
-    # (new) Share of unreadable images (missing, truncated, undecodable) a caption data set may skip
+    # (new) Share of unreadable images (missing, truncated, undecodable; 'cc_shards': samples with an unreadable
+    # image, caption, JSON or .npy member) a caption data set may skip
     # before the run stops, in [0, 1]; 0 makes the first one an error.
     _C.DATASET.MAX_SKIPPED_SHARE = 0.01
+    # (new) DATASET.DATASET 'cc_shards' (webdataset / img2dataset tar shards, pretrain/data/caption_shards.py):
+    # the shards of each split as a brace pattern under DATASET_PATH ('cc3m/{00000..00331}.tar'; '' = none).
+    _C.DATASET.TRAIN_SHARDS = ''
+    _C.DATASET.VAL_SHARDS = ''
+    _C.DATASET.TEST_SHARDS = ''
+    # (new) 'cc_shards': samples in the shuffle buffer that mixes consecutive shards of the epoch's seeded shard
+    # order (1 = each shard in file order).
+    _C.DATASET.SHUFFLE_BUFFER = 1000
+    # (new) 'cc_shards': 'ROWSxCOLS' (e.g. '4x4') gives every image a grid of regions instead of the shards'
+    # detector output ('' = the detector output); needs NETWORK.WITH_MVRC_LOSS false (no region classes).
+    _C.DATASET.GRID_BOXES = ''
 
     # Train BERT from random init instead of BERT_MODEL_NAME.
     _C.NETWORK.VLBERT.from_scratch = False
@@ -49,6 +62,9 @@ VALUE_RULES = task_rules({
     "DATASET.SEQ_LEN": int_at_least(1),
     "DATASET.MIN_SEQ_LEN": int_at_least(0),
     "DATASET.MAX_SKIPPED_SHARE": PROBABILITY,
+    "DATASET.SHUFFLE_BUFFER": int_at_least(1),
+    "DATASET.GRID_BOXES": Rule(lambda v, get: v == "" or GRID.match(v) is not None,
+                               lambda get: "'ROWSxCOLS' with both >= 1 (e.g. '4x4') or ''"),
     "NETWORK.VLBERT.visual_region_classes": int_at_least(1),
 }, (VLBERT_RULES,))
 
@@ -63,7 +79,9 @@ KEY_STATUS = task_key_status(pretrain_defaults(), dict(
                            "DATASET.TEST_IMAGE_SET", "DATASET.TRAIN_ANNOTATION_FILE", "DATASET.VAL_ANNOTATION_FILE",
                            "DATASET.TEST_ANNOTATION_FILE", "DATASET.ADD_IMAGE_AS_A_BOX", "DATASET.ZIP_MODE",
                            "DATASET.APPEND_INDEX", "DATASET.SEQ_LEN", "DATASET.MIN_SEQ_LEN",
-                           "DATASET.MAX_SKIPPED_SHARE", "TRAIN.LOSS_LOGGERS")},
+                           "DATASET.MAX_SKIPPED_SHARE", "DATASET.TRAIN_SHARDS", "DATASET.VAL_SHARDS",
+                           "DATASET.TEST_SHARDS", "DATASET.SHUFFLE_BUFFER", "DATASET.GRID_BOXES",
+                           "TRAIN.LOSS_LOGGERS")},
     **{key: warned(_NOT_IN_DATA) for key in ("DATASET.TASK", "DATASET.BASIC_ALIGN", "DATASET.ONLY_USE_RELEVANT_DETS",
                                              "DATASET.MASK_SIZE", "DATASET.QA2R_NOQ", "DATASET.QA2R_AUG",
                                              "DATASET.ANSWER_VOCAB_FILE", "DATASET.ANSWER_VOCAB_SIZE")},
