@@ -40,21 +40,22 @@ def split_lmdb_path(path):
 
 
 class LmdbReader:
-    """Per-process cache of read-only LMDB environments.
+    """Per-process cache of read-only LMDB environments, opened lazily and closed before every ``fork()``.
 
-    An LMDB environment must not cross ``fork()``, and a spawned worker gets a pickled copy of nothing,
-    so environments are keyed by ``(pid, store)``: each DataLoader worker opens its own on first use,
-    whatever the multiprocessing start method. They are opened ``readonly`` (a store is never written
-    while read), ``lock=False`` (no lock file: many readers on read-only or network file systems) and
-    ``readahead=False`` (random access by index; readahead would fill the page cache with neighbours).
+    An LMDB environment must not cross ``fork()`` (and py-lmdb refuses to open a store a second time in a
+    process that inherited an open one), so :meth:`close_all` runs in the parent before each fork
+    (``os.register_at_fork``): a forked DataLoader worker starts with no environment and opens its own on
+    first use, as a spawned or forkserver worker does; the parent reopens its own on its next read.
+    Environments are opened ``readonly`` (a store is never written while read), ``lock=False`` (no lock
+    file: many readers, read-only or network file systems) and ``readahead=False`` (random access by
+    index; readahead would fill the page cache with the neighbours of each item).
     """
 
-    _envs = {}
+    _envs = {}  # store path -> (environment, 'files' database handle)
 
     @classmethod
     def _open(cls, store):
-        key = (os.getpid(), store)
-        opened = cls._envs.get(key)
+        opened = cls._envs.get(store)
         if opened is None:
             if not os.path.isdir(store):
                 raise FileNotFoundError("LMDB store '{}' does not exist (pack it with scripts/pack_lmdb.py)".format(
@@ -75,7 +76,7 @@ class LmdbReader:
                 env.close()
                 raise UserInputError("LMDB store '{}' is incomplete: packing stopped before the end; run "
                                      "scripts/pack_lmdb.py again with the same arguments to finish it".format(store))
-            opened = cls._envs[key] = (env, files)
+            opened = cls._envs[store] = (env, files)
         return opened
 
     @classmethod
@@ -121,8 +122,11 @@ class LmdbReader:
 
     @classmethod
     def close_all(cls):
-        """Close every environment this process opened (tests that rewrite a store)."""
-        pid = os.getpid()
-        for key in [k for k in cls._envs if k[0] == pid]:
-            cls._envs.pop(key)[0].close()
+        """Close every environment this process opened (before a fork; tests that rewrite a store)."""
+        while cls._envs:
+            cls._envs.popitem()[1][0].close()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere workers are spawned, so nothing is inherited
+    os.register_at_fork(before=LmdbReader.close_all)
 
