@@ -31,7 +31,6 @@ from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common.cli import run_main  # noqa: E402
 from common.data.lmdbreader import COMPLETE_KEY, FILES_DB, MAX_DBS, META_DB  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
 
@@ -240,10 +239,16 @@ def print_summary(out, summary, listed=20):
 
 
 def main(argv=None):
+    """Pack as the command line says; a user mistake ends with its ``error:`` line and exit code 2 (as
+    ``common.cli.run_main``, which is not used: it imports torch, which packing does not need)."""
     args = parse_args(argv)
-    summary = pack(args.out, args.sources, args.root, args.ext, args.commit_every)
+    try:
+        summary = pack(args.out, args.sources, args.root, args.ext, args.commit_every)
+    except UserInputError as e:
+        print("error: {}".format(e), file=sys.stderr)
+        sys.exit(2)
     print_summary(args.out, summary)
 
 
 if __name__ == "__main__":
-    run_main(main)
+    main()
