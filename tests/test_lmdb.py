@@ -296,3 +296,31 @@ def test_pretraining_captions_read_lmdb_stores(cc_root):
         images = [read_or_skip(load_image, r.image, counter) for r in records]
         counts.append((counter.skipped, [None if im is None else np.asarray(im).tobytes() for im in images]))
     assert counts[0] == counts[1] and counts[0][0] == 3
+
+
+# ------------------------------------------------------------------------------------------------ #
+# Same training from folders and from an LMDB store
+# ------------------------------------------------------------------------------------------------ #
+@pytest.mark.slow
+def test_training_from_lmdb_equals_training_from_folders(tmp_path_factory, tiny_vcr):
+    """The tiny VCR run through vcr/train_end2end.py, from the image folder (in the main process) and from a
+    store packed by the real script (2 forked workers per loader): the same logged values and final weights,
+    bit for bit."""
+    from tests.tiny_vcr import checkpoint, tensorboard_scalars, train_in_process
+    data = str(tmp_path_factory.mktemp("lmdb_data"))
+    for name in os.listdir(tiny_vcr.data):
+        if name.endswith(".jsonl"):
+            with open(os.path.join(tiny_vcr.data, name), "rb") as src, open(os.path.join(data, name), "wb") as dst:
+                dst.write(src.read())
+    done = subprocess.run([sys.executable, SCRIPT, os.path.join(data, "vcr1images.lmdb"),
+                           os.path.join(tiny_vcr.data, "vcr1images")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    runs = {}
+    for name, changes in (("folder", {}), ("lmdb", {"DATASET.DATASET_PATH": data, "DATASET.LMDB_MODE": True,
+                                                    "NUM_WORKERS_PER_GPU": 2})):
+        model_dir = tmp_path_factory.mktemp(name)
+        assert train_in_process(model_dir, tiny_vcr.opts(changes)) == 0
+        runs[name] = (tensorboard_scalars(model_dir), checkpoint(model_dir, 0)["state_dict"])
+    (scalars, weights), (lmdb_scalars, lmdb_weights) = runs["folder"], runs["lmdb"]
+    assert any("Loss" in tag for tag in scalars) and scalars == lmdb_scalars
+    assert weights.keys() == lmdb_weights.keys() and all(torch.equal(weights[k], lmdb_weights[k]) for k in weights)
