@@ -1,13 +1,13 @@
 """Convert Conceptual Captions between the reference's layout and webdataset / img2dataset tar shards.
 
-    python scripts/convert_cc_shards.py to-shards --data DIR --out OUT [--image-set train] [--zip-mode] [--per-shard N]
+    python scripts/convert_cc_shards.py to-shards --data DIR --out OUT [--image-set train] [--storage folder|zip|lmdb] [--per-shard N]
     python scripts/convert_cc_shards.py from-shards --shards 'OUT/train-{00000..00003}.tar' --out DIR [--image-set S]
     python scripts/convert_cc_shards.py index --shards 'cc3m/{00000..00331}.tar' [--workers 8]
 
 ``to-shards`` reads ``{DIR}/{set}_frcnn.json`` and its images and detector files (``pretrain/data/
-conceptual_captions.py``; ``--zip-mode`` is ``DATASET.ZIP_MODE``) and writes ``{OUT}/{set}-{00000..}.tar``, one
-sample per caption line, in line order: ``{key}.jpg`` (the image's bytes, its extension kept), ``{key}.txt`` (the
-caption tokens joined by spaces) and ``{key}.json`` (the detector file's fields, plus ``caption``, the token list,
+conceptual_captions.py``; ``--storage`` reads its ``.zip@/`` paths as ``DATASET.ZIP_MODE`` / ``LMDB_MODE`` do)
+and writes ``{OUT}/{set}-{00000..}.tar``, one sample per caption line, in line order: ``{key}.jpg`` (the
+image's bytes, its extension kept), ``{key}.txt`` (the caption tokens joined by spaces) and ``{key}.json`` (the detector file's fields, plus ``caption``, the token list,
 and ``cc_image`` / ``cc_frcnn``, the files' paths relative to DIR, for the way back). It prints the config lines
 of ``DATASET.DATASET: 'cc_shards'``.
 
@@ -34,7 +34,7 @@ from common.cli import run_main  # noqa: E402
 from common.data.loading import load_json, parse_json  # noqa: E402
 from common.data.region_features import encode_array  # noqa: E402
 from common.data.tar_shards import IMAGE_EXTS, ShardIndex, cached_index, expand_shards, write_shards  # noqa: E402
-from common.data.zipreader import read_bytes  # noqa: E402
+from common.data.storage import STORAGES, read_bytes  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
 from pretrain.data.conceptual_captions import INDEX_FILE, local_path, read_caption_index  # noqa: E402
 
@@ -42,9 +42,9 @@ from pretrain.data.conceptual_captions import INDEX_FILE, local_path, read_capti
 OWN_FIELDS = ("caption", "cc_image", "cc_frcnn")
 
 
-def _samples(data, image_set, zip_mode):
+def _samples(data, image_set, storage):
     """Shard samples (dicts of bytes) of the caption index of ``image_set`` under ``data``."""
-    records = read_caption_index(os.path.join(data, INDEX_FILE.format(image_set)), data, zip_mode)
+    records = read_caption_index(os.path.join(data, INDEX_FILE.format(image_set)), data, storage)
     for i, record in enumerate(records):
         ext = os.path.splitext(record.image)[1][1:].lower()
         if ext not in IMAGE_EXTS:
@@ -56,9 +56,9 @@ def _samples(data, image_set, zip_mode):
                "txt": " ".join(record.caption).encode("utf-8"), "json": json.dumps(meta).encode("utf-8")}
 
 
-def to_shards(data, image_set, out, per_shard=1000, zip_mode=False):
+def to_shards(data, image_set, out, per_shard=1000, storage="folder"):
     """Write the shards of ``image_set``; returns their brace pattern relative to ``out`` (None: no caption)."""
-    return write_shards(_samples(data, image_set, zip_mode), os.path.join(out, image_set), per_shard)
+    return write_shards(_samples(data, image_set, storage), os.path.join(out, image_set), per_shard)
 
 
 def from_shards(pattern, out, image_set="train", root=""):
@@ -90,7 +90,7 @@ def from_shards(pattern, out, image_set="train", root=""):
         if index.has(i, "npy"):
             detector["features"] = encode_array(np.load(io.BytesIO(index.read(i, "npy")), allow_pickle=False))
         for name, data in ((image, index.read(i, "image")), (frcnn, json.dumps(detector).encode("utf-8"))):
-            path = local_path(out, name, zip_mode=False)
+            path = local_path(out, name, "folder")
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 f.write(data)
@@ -114,7 +114,8 @@ def main(argv=None):
     to = sub.add_parser("to-shards", help="reference layout -> tar shards")
     to.add_argument("--data", required=True, help="DATASET_PATH of the reference layout")
     to.add_argument("--image-set", default="train", help="the index {set}_frcnn.json to convert")
-    to.add_argument("--zip-mode", action="store_true", help="read '.zip@/' paths from the archives (DATASET.ZIP_MODE)")
+    to.add_argument("--storage", choices=STORAGES, default="folder",
+                    help="read '.zip@/' paths from folders, the archives (DATASET.ZIP_MODE) or LMDB stores (LMDB_MODE)")
     to.add_argument("--out", required=True, help="folder of the shards")
     to.add_argument("--per-shard", type=int, default=1000, help="samples per shard")
     back = sub.add_parser("from-shards", help="tar shards -> reference layout")
@@ -128,7 +129,7 @@ def main(argv=None):
     if args.command == "to-shards":
         if args.per_shard < 1:
             parser.error("--per-shard must be >= 1")
-        pattern = to_shards(args.data, args.image_set, args.out, args.per_shard, args.zip_mode)
+        pattern = to_shards(args.data, args.image_set, args.out, args.per_shard, args.storage)
         if pattern is None:
             raise UserInputError("{}: no caption".format(os.path.join(args.data, INDEX_FILE.format(args.image_set))))
         print("DATASET:\n  DATASET: cc_shards\n  DATASET_PATH: '{}'\n  {}_SHARDS: '{}'".format(

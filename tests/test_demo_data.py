@@ -126,7 +126,7 @@ def test_demo_loads_through_vcr_dataset_in_zip_mode(out):
         f.write("\n".join(VOCAB) + "\n")
     tf = T.Compose([T.Resize(96, 1000), T.ToTensor(), T.Normalize([102.98, 115.95, 122.77], [1.0, 1.0, 1.0])])
     ds = VCRDataset("val.jsonl", "vcr1images", out, build_tokenizer(out), transform=tf, task="Q2A",
-                    zip_mode=True, add_image_as_a_box=True)
+                    storage="zip", add_image_as_a_box=True)
     items = [ds[i] for i in (0, len(ds) - 1)]  # a scene and a photograph
     batch = BatchCollator(ds.data_names)(items)
     assert batch[0].shape[:2] == (2, 3) and batch[5].shape[:2] == (2, 4)

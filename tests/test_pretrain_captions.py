@@ -78,8 +78,8 @@ def cc_root(tmp_path):
 
 def test_index_in_folder_and_zip_mode(cc_root):
     index = os.path.join(cc_root, "train_frcnn.json")
-    folder = read_caption_index(index, cc_root, zip_mode=False)
-    zipped = read_caption_index(index, cc_root, zip_mode=True)
+    folder = read_caption_index(index, cc_root, storage="folder")
+    zipped = read_caption_index(index, cc_root, storage="zip")
     assert len(folder) == len(zipped) == 4
     assert folder[1].caption == ["Red", "bus", "station"] and folder[1].line == 2
     assert folder[1].image == os.path.join(cc_root, "train_image/00000001.jpg")
@@ -94,10 +94,11 @@ def test_index_in_folder_and_zip_mode(cc_root):
 
 
 def test_local_path_rules():
-    assert local_path("d", "train_image.zip@/x.jpg", False) == os.path.join("d", "train_image/x.jpg")
-    assert local_path("d", "train_frcnn.12.zip@/x.json", False) == os.path.join("d", "train_frcnn/x.json")
-    assert local_path("d", "images/x.jpg", False) == os.path.join("d", "images/x.jpg")
-    assert local_path("d", "train_image.zip@/x.jpg", True) == os.path.join("d", "train_image.zip@/x.jpg")
+    assert local_path("d", "train_image.zip@/x.jpg", "folder") == os.path.join("d", "train_image/x.jpg")
+    assert local_path("d", "train_frcnn.12.zip@/x.json", "folder") == os.path.join("d", "train_frcnn/x.json")
+    assert local_path("d", "images/x.jpg", "folder") == os.path.join("d", "images/x.jpg")
+    assert local_path("d", "train_image.zip@/x.jpg", "zip") == os.path.join("d", "train_image.zip@/x.jpg")
+    assert local_path("d", "train_frcnn.12.zip@/x.json", "lmdb") == os.path.join("d", "train_frcnn.lmdb@/x.json")
 
 
 def test_detections_decode_and_sort_by_best_class_score(cc_root):
@@ -165,9 +166,9 @@ def test_missing_index_points_to_the_docs(tmp_path):
 
 
 # ---------------------------------------------------------------- skipping unreadable images
-@pytest.mark.parametrize("zip_mode", [False, True])
-def test_unreadable_images_are_skipped_counted_and_logged(cc_root, zip_mode, caplog):
-    records = read_caption_index(os.path.join(cc_root, "train_frcnn.json"), cc_root, zip_mode=zip_mode)
+@pytest.mark.parametrize("storage", ["folder", "zip"])
+def test_unreadable_images_are_skipped_counted_and_logged(cc_root, storage, caplog):
+    records = read_caption_index(os.path.join(cc_root, "train_frcnn.json"), cc_root, storage=storage)
     counter = SkipCounter(max_share=1.0, log_first=2)
     with caplog.at_level(logging.WARNING, logger="common.data.skips"):
         images = [read_or_skip(load_image, r.image, counter) for r in records]

@@ -115,7 +115,7 @@ def test_sample_key_draws_the_flip_from_its_generator(root):
 
 
 def test_zip_mode_reads_train2014_zip(root):
-    plain, zipped = dataset(root), dataset(root, zip_mode=True)
+    plain, zipped = dataset(root), dataset(root, storage="zip")
     assert zipped.items[0]["image_fn"].endswith("train2014.zip@/train2014/COCO_train2014_000000000001.jpg")
     assert (np.asarray(zipped[0][0]) == np.asarray(plain[0][0])).all()
 

@@ -142,7 +142,7 @@ def test_flip_swaps_left_right_and_mirrors_boxes(root):
 
 def test_zip_mode_equals_folder_mode(tmp_path):
     root = write_vcr(str(tmp_path), zip_images=True)
-    zipped = make_dataset(root, zip_mode=True)
+    zipped = make_dataset(root, storage="zip")
     os.rename(os.path.join(root, "vcr1images"), os.path.join(root, "unzipped"))  # only the zip is left
     assert zipped.annotations[0]["img_fn"].endswith("vcr1images.zip@/vcr1images/m/a.jpg")
     z_item = zipped[0]

@@ -153,7 +153,7 @@ def test_zip_mode_and_test_mode(tmp_path):
             path.unlink()
     folder.rmdir()
     ZipReader.close_all()
-    ds = make(tmp_path, "val2014", zip_mode=True, test_mode=True)
+    ds = make(tmp_path, "val2014", storage="zip", test_mode=True)
     assert ds.data_names == ["image", "boxes", "im_info", "question"]
     item = ds[0]
     assert len(item) == 4 and item[1].shape == (3, 4 + 2048)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from common.data.zipreader import ZipReader, is_zip_path, read_bytes, split_zip_path
+from common.data.storage import read_bytes
+from common.data.zipreader import ZipReader, is_zip_path, split_zip_path
 
 
 @pytest.fixture

@@ -1,9 +1,11 @@
-"""Image-classification data sets: CIFAR-10/100 "python version" pickles and the ImageFolder layout.
+"""Image-classification data sets: CIFAR-10/100 "python version" pickles and the ImageFolder layout (a folder,
+or with ``DATASET.LMDB_MODE`` its LMDB store ``{split}.lmdb`` from ``scripts/pack_lmdb.py``).
 
 Every item is ``(image float32 [3, S, S], label int64, index int64)`` with ``S = DATASET.IMAGE_SIZE``; the
 ``index`` (dataset position) lets the test evaluator write the predictions in file order. Sources:
 https://www.cs.toronto.edu/~kriz/cifar.html (file layout and keys), torchvision.datasets.ImageFolder (layout).
 """
+import io
 import os
 
 import numpy as np
@@ -11,6 +13,7 @@ import torch
 from PIL import Image
 
 from common.data.samplers import resolve_key
+from common.data.storage import list_dir, read_bytes, stored_folder, storage_of
 from common.errors import UserInputError
 from common.safe_load import load_pickle
 from cls.data.augment import build_augment
@@ -36,9 +39,9 @@ class ClassificationDataset(torch.utils.data.Dataset):
 
     @classmethod
     def from_config(cls, cfg, mode, transform=None):
-        """The split ``{MODE}_IMAGE_SET`` of ``DATASET.DATASET_PATH`` (``transform`` of the shared builder is
-        not used: the augmentation is the cls keys')."""
-        return cls(cfg.DATASET.DATASET_PATH, _image_set(cfg, mode), build_augment(cfg, mode))
+        """The split ``{MODE}_IMAGE_SET`` of ``DATASET.DATASET_PATH`` in the storage of ``DATASET.LMDB_MODE``
+        (``transform`` of the shared builder is not used: the augmentation is the cls keys')."""
+        return cls(cfg.DATASET.DATASET_PATH, _image_set(cfg, mode), build_augment(cfg, mode), storage_of(cfg.DATASET))
 
     def __len__(self):
         return len(self.labels)
@@ -55,14 +58,17 @@ class CIFAR(ClassificationDataset):
 
     Raises:
         FileNotFoundError: a batch file is missing. common.safe_load.UnreadableFileError: a file asks for any
-        other callable, or is not a pickle. UserInputError: an unknown split, or a file without the keys.
+        other callable, or is not a pickle. UserInputError: an unknown split, a file without the keys, or
+        ``storage`` other than 'folder' (the pickles are read whole, not per image).
     """
     SPLIT_FILES = {}      # split -> batch file names
     META_FILE = ""
     LABEL_KEY = b""       # key of the labels in a batch
     NAMES_KEY = b""       # key of the class names in the meta file
 
-    def __init__(self, root, split, augment):
+    def __init__(self, root, split, augment, storage="folder"):
+        if storage != "folder":
+            raise UserInputError("DATASET.LMDB_MODE: CIFAR's pickles are read whole into memory; set it to false")
         if split not in self.SPLIT_FILES:
             raise UserInputError("DATASET.*_IMAGE_SET: a CIFAR split is one of {}, got {!r}".format(
                 sorted(self.SPLIT_FILES), split))
@@ -101,26 +107,30 @@ class CIFAR100(CIFAR):
 
 class ImageFolder(ClassificationDataset):
     """``root/<split>/<class>/<image>``: classes are the sorted folder names of the split (labels in that
-    order), images the files with an image extension, sorted.
+    order), images the files with an image extension, sorted. With ``storage`` 'lmdb' the same names are
+    read from the store ``root/<split>.lmdb`` (``common.data.storage.stored_folder``), which holds files
+    only: a class folder without files is no class there.
 
     Raises:
-        UserInputError: the split folder is missing or holds no class folder with images.
+        UserInputError: the split folder (or store) is missing or holds no class folder with images.
     """
 
-    def __init__(self, root, split, augment):
-        folder = os.path.join(root, split)
-        if not os.path.isdir(folder):
-            raise UserInputError("image folder {} does not exist (DATASET.DATASET_PATH / *_IMAGE_SET)".format(folder))
-        classes = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
+    def __init__(self, root, split, augment, storage="folder"):
+        folder = stored_folder(os.path.join(root, split), storage)
+        try:
+            classes = list_dir(folder)[0]
+        except FileNotFoundError:
+            raise UserInputError("image folder {} does not exist (DATASET.DATASET_PATH / *_IMAGE_SET)".format(
+                folder)) from None
         self.paths, labels = [], []
         for label, name in enumerate(classes):
-            files = sorted(f for f in os.listdir(os.path.join(folder, name)) if f.lower().endswith(IMAGE_EXTENSIONS))
-            self.paths += [os.path.join(folder, name, f) for f in files]
+            files = [f for f in list_dir("{}/{}".format(folder, name))[1] if f.lower().endswith(IMAGE_EXTENSIONS)]
+            self.paths += ["{}/{}/{}".format(folder, name, f) for f in files]
             labels += [label] * len(files)
         if not self.paths:
             raise UserInputError("image folder {} holds no <class>/<image> files".format(folder))
         super().__init__(labels, classes, augment)
 
     def image(self, index):
-        with Image.open(self.paths[index]) as im:
+        with Image.open(io.BytesIO(read_bytes(self.paths[index]))) as im:
             return im.convert("RGB")

@@ -1,4 +1,5 @@
-"""Loading images and JSON from folders or zip archives, with errors that name the file."""
+"""Loading images and JSON from folders, zip archives or LMDB stores (``common.data.storage``), with errors that
+name the file."""
 import io
 import json
 import warnings
@@ -7,11 +8,11 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from common.errors import UserInputError
 
-from .zipreader import read_bytes
+from .storage import read_bytes
 
 
 def load_image(path):
-    """Decode an image file (or ``archive.zip@/inner`` member) as a 3-channel RGB ``PIL.Image``.
+    """Decode an image file (or ``archive.zip@/inner`` member, ``store.lmdb@/inner`` key) as a 3-channel RGB ``PIL.Image``.
 
     EXIF orientation is applied first (phone photos are often stored rotated), then grey,
     palette, CMYK and RGBA images are converted to RGB.
@@ -78,7 +79,7 @@ def check_image_size(image_path, size, recorded_size, recorded_in, boxes, error=
 
 
 def load_json(path):
-    """Parse a JSON file (or ``archive.zip@/inner`` member).
+    """Parse a JSON file (or ``archive.zip@/inner`` member, ``store.lmdb@/inner`` key).
 
     Raises:
         FileNotFoundError: the file is missing.

@@ -32,7 +32,7 @@ import numpy as np
 from common.errors import UserInputError
 
 from .loading import load_json
-from .zipreader import ZipReader, is_zip_path, read_bytes, split_zip_path
+from .storage import container, list_dir, read_bytes
 
 __all__ = ["TSV_FIELDNAMES", "FeatureFileError", "RegionFeatures", "decode_array", "encode_array",
            "feature_json_path", "iter_feature_folder", "iter_tsv", "read_feature_json", "write_feature_json",
@@ -125,7 +125,7 @@ def _region_features(record, where, feature_dim):
 
 
 def read_feature_json(path, feature_dim=None):
-    """Read one per-image JSON file (plain or ``archive.zip@/member``).
+    """Read one per-image JSON file (plain, ``archive.zip@/member`` or ``store.lmdb@/key``).
 
     Args:
         path: the file.
@@ -168,27 +168,20 @@ def feature_json_path(folder, image_id):
 
 
 def iter_feature_folder(folder, feature_dim=None):
-    """Yield RegionFeatures of every ``*.json`` in a folder (or ``archive.zip@/folder``), by file name.
+    """Yield RegionFeatures of every ``*.json`` in a folder (or ``archive.zip@/folder``,
+    ``store.lmdb@/folder``), by file name.
 
     Raises:
-        FileNotFoundError: the folder or archive does not exist.
+        FileNotFoundError: the folder, archive or store does not exist.
         FeatureFileError: see :func:`read_feature_json`.
     """
-    if is_zip_path(folder):
-        archive, inner = split_zip_path(folder)
-        prefix = inner + "/" if inner else ""
-        names = [n[len(prefix):] for n in ZipReader.namelist(archive)
-                 if n.startswith(prefix) and n.endswith(".json") and "/" not in n[len(prefix):]]
-    else:
-        if not os.path.isdir(folder):
-            raise FileNotFoundError("feature folder '{}' does not exist".format(folder))
-        names = [n for n in os.listdir(folder) if n.endswith(".json")]
-    for name in sorted(names):
-        yield read_feature_json("{}/{}".format(folder.rstrip("/"), name), feature_dim)
+    for name in list_dir(folder)[1]:
+        if name.endswith(".json"):
+            yield read_feature_json("{}/{}".format(folder.rstrip("/"), name), feature_dim)
 
 
 def _tsv_lines(path):
-    if is_zip_path(path):
+    if container(path) != path:  # inside an archive or store
         return io.StringIO(read_bytes(path).decode("ascii"))
     if not os.path.isfile(path):
         raise FileNotFoundError("feature file '{}' does not exist".format(path))

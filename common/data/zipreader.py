@@ -83,14 +83,3 @@ class ZipReader:
         for key in [k for k in cls._handles if k[0] == pid]:
             cls._handles.pop(key).close()
 
-
-def read_bytes(path):
-    """Bytes of a plain file or of an ``archive.zip@/inner`` member.
-
-    Raises:
-        FileNotFoundError: naming the missing file, archive or member.
-    """
-    if is_zip_path(path):
-        return ZipReader.read(path)
-    with open(path, "rb") as f:
-        return f.read()

@@ -226,6 +226,9 @@ VLBERT_STATUS = dict(
 
 # Valid values of the VL-BERT keys (common.config.values).
 VLBERT_RULES = {
+    "DATASET.LMDB_MODE": Rule(lambda v, get: not (v and get("DATASET.ZIP_MODE")),
+                              lambda get: "false when DATASET.ZIP_MODE is true (one storage at a time)",
+                              ("DATASET.ZIP_MODE",)),
     "NETWORK.IMAGE_NUM_LAYERS": one_of(18, 34, 50, 101, 152),
     "NETWORK.IMAGE_PRETRAINED_EPOCH": int_at_least(0),
     "NETWORK.IMAGE_FINAL_DIM": int_at_least(1),

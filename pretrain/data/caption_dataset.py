@@ -10,6 +10,7 @@ from torch.utils.data import Dataset
 
 from common.data.loading import check_image_size, load_image
 from common.data.samplers import resolve_key
+from common.data.storage import storage_of
 from common.data.skips import SkipCounter, read_or_skip
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import clip_boxes_
@@ -99,7 +100,7 @@ class ConceptualCaptionsDataset(Dataset):
                                      "'conceptual_captions'".format(key))
         image_set = d["{}_IMAGE_SET".format(mode.upper())]
         records = read_caption_index(os.path.join(d.DATASET_PATH, INDEX_FILE.format(image_set)), d.DATASET_PATH,
-                                     d.ZIP_MODE)
+                                     storage_of(d))
         skips = SkipCounter("image", max_share=d.MAX_SKIPPED_SHARE,
                             min_seen=min(MIN_IMAGES_FOR_SHARE, len(records)), setting="DATASET.MAX_SKIPPED_SHARE")
         net = cfg.NETWORK

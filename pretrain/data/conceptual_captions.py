@@ -15,7 +15,9 @@ and each ``frcnn`` file is the bottom-up-attention detector's output for that im
 
 Field by field in ``data/PREPARE_DATA.md``. Paths are relative to ``DATASET_PATH``; with
 ``DATASET.ZIP_MODE`` off, ``train_image.zip@/x.jpg`` is read as ``train_image/x.jpg`` (and a
-sharded archive name ``train_frcnn.3.zip@/`` as the folder ``train_frcnn/``), as the reference does.
+sharded archive name ``train_frcnn.3.zip@/`` as the folder ``train_frcnn/``), as the reference does;
+with ``DATASET.LMDB_MODE`` as the key ``x.jpg`` of the store ``train_image.lmdb`` (``train_frcnn.lmdb``
+holds the members of every ``train_frcnn.N.zip``).
 """
 import base64
 import binascii
@@ -26,6 +28,7 @@ from collections import namedtuple
 import numpy as np
 import torch
 
+from common.data.lmdbreader import LMDB_MARK
 from common.data.loading import load_json, read_json_lines
 from common.errors import UserInputError
 
@@ -53,21 +56,22 @@ first: ``boxes`` float32 ``(N, 4)`` ``x1, y1, x2, y2`` in pixels of the original
 (int) the image size the boxes refer to."""
 
 
-def local_path(data_path, path, zip_mode):
-    """Where to read ``path`` of the index: joined to ``data_path``; without ``zip_mode`` an
-    ``archive.zip@/inner`` (or sharded ``archive.N.zip@/inner``) path becomes ``archive/inner``."""
-    if not zip_mode:
-        path = _ZIP_IN_PATH.sub("/", path)
+def local_path(data_path, path, storage):
+    """Where to read ``path`` of the index: joined to ``data_path``; an ``archive.zip@/inner`` (or sharded
+    ``archive.N.zip@/inner``) path stays as written in 'zip' storage, becomes ``archive/inner`` in 'folder'
+    storage and ``archive.lmdb@/inner`` in 'lmdb' storage (``common.data.storage.STORAGES``)."""
+    if storage != "zip":
+        path = _ZIP_IN_PATH.sub(LMDB_MARK + "/" if storage == "lmdb" else "/", path)
     return os.path.join(data_path, path)
 
 
-def read_caption_index(ann_file, data_path, zip_mode=False):
+def read_caption_index(ann_file, data_path, storage="folder"):
     """Records of a caption index file (JSON lines).
 
     Args:
         ann_file (str): path of the index (``{DATASET_PATH}/train_frcnn.json``).
         data_path (str): ``DATASET.DATASET_PATH``; ``image`` and ``frcnn`` are relative to it.
-        zip_mode (bool): ``DATASET.ZIP_MODE``; see ``local_path``.
+        storage (str): 'folder', 'zip' or 'lmdb' (``DATASET.ZIP_MODE``, ``LMDB_MODE``); see ``local_path``.
     Returns:
         list of ``CaptionRecord``, in file order (blank lines skipped).
     Raises:
@@ -87,8 +91,8 @@ def read_caption_index(ann_file, data_path, zip_mode=False):
         caption = item["caption"]
         if not (isinstance(caption, list) and all(isinstance(t, str) for t in caption)):
             raise CaptionDataError("{}: 'caption' must be a list of token strings, got {!r}".format(where, caption))
-        records.append(CaptionRecord(local_path(data_path, item["image"], zip_mode), caption,
-                                     local_path(data_path, item["frcnn"], zip_mode), line_no))
+        records.append(CaptionRecord(local_path(data_path, item["image"], storage), caption,
+                                     local_path(data_path, item["frcnn"], storage), line_no))
     return records
 
 
@@ -116,7 +120,7 @@ def decode_floats(text, rows, where):
 
 
 def load_detections(path, with_features=False):
-    """Read a detector file (plain or ``archive.zip@/inner``); see :func:`detections_from_json`.
+    """Read a detector file (plain, ``archive.zip@/inner`` or ``store.lmdb@/inner``); see :func:`detections_from_json`.
 
     Raises:
         FileNotFoundError: the file is missing.

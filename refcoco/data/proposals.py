@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from common.data.loading import load_json
-from common.data.zipreader import ZIP_MARK
+from common.data.storage import container_exists, stored_folder
 
 from .refer import RefCOCODataError, xywh_to_xyxy
 
@@ -62,14 +62,15 @@ class VGBoxes:
     """Reader of the VQA precomputed boxes, one image at a time.
 
     Args:
-        data_path: ``DATASET.DATASET_PATH``; the boxes are read from
-            ``{VG_BOXES_FOLDER}.zip@/{folder name}/`` when that archive exists, else from the folder.
+        data_path: ``DATASET.DATASET_PATH``; the boxes are read from the LMDB store
+            ``{VG_BOXES_FOLDER}.lmdb@/{folder name}/`` when it exists, else from the archive
+            ``{VG_BOXES_FOLDER}.zip@/{folder name}/`` when that exists, else from the folder.
     """
 
     def __init__(self, data_path):
         folder = os.path.join(data_path, VG_BOXES_FOLDER)
-        archive = folder + ".zip"
-        self.root = folder + ZIP_MARK + "/" + os.path.basename(folder) if os.path.isfile(archive) else folder
+        self.root = next((stored for stored in (stored_folder(folder, s) for s in ("lmdb", "zip"))
+                          if container_exists(stored)), folder)
 
     def path(self, image_id):
         """File holding the boxes of ``image_id``."""

@@ -14,6 +14,7 @@ from torch.utils.data import Dataset
 from common.data.collate import index_from_im_info
 from common.data.loading import load_image
 from common.data.samplers import resolve_key
+from common.data.storage import container, stored_folder, storage_of
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import clip_boxes_
 
@@ -29,26 +30,25 @@ SPLIT_BY = "unc"
 COCO_IMAGE_SET = "train2014"
 
 
-def coco_image_path(data_path, image_id, zip_mode=False):
+def coco_image_path(data_path, image_id, storage="folder"):
     """``{data_path}/train2014/COCO_train2014_{image_id:012d}.jpg``, or inside ``train2014.zip`` (which holds
-    the folder ``train2014/``) in zip mode."""
+    the folder ``train2014/``) in 'zip' storage, ``train2014.lmdb`` (the same names) in 'lmdb' storage."""
     name = "COCO_{}_{:012d}.jpg".format(COCO_IMAGE_SET, image_id)
-    folder = COCO_IMAGE_SET + ".zip@/" + COCO_IMAGE_SET if zip_mode else COCO_IMAGE_SET
-    return os.path.join(data_path, folder, name)
+    return os.path.join(stored_folder(os.path.join(data_path, COCO_IMAGE_SET), storage), name)
 
 
-def missing_data_paths(data_path, boxes, proposal_source, zip_mode):
+def missing_data_paths(data_path, boxes, proposal_source, storage):
     """Paths the data set needs that do not exist (empty when all are there).
 
     Args:
         data_path: ``DATASET.DATASET_PATH``.
         boxes: the ``*_BOXES`` values in use; ``proposal_source``: ``DATASET.PROPOSAL_SOURCE``.
-        zip_mode: images in ``train2014.zip``.
+        storage: 'folder', 'zip' (images in ``train2014.zip``) or 'lmdb' (``train2014.lmdb``).
     """
     if not os.path.isdir(data_path):
         return ["DATASET.DATASET_PATH '{}' (folder)".format(data_path)]
     folder = os.path.join(data_path, DATASET_NAME)
-    images = os.path.join(data_path, COCO_IMAGE_SET + (".zip" if zip_mode else ""))
+    images = container(stored_folder(os.path.join(data_path, COCO_IMAGE_SET), storage))
     # (what to name in the message, paths of which one must exist)
     needed = [(p, [p]) for p in (os.path.join(folder, REFS_FILE.format(SPLIT_BY)), os.path.join(folder, INSTANCES_FILE),
                                  images)]
@@ -58,11 +58,11 @@ def missing_data_paths(data_path, boxes, proposal_source, zip_mode):
             needed.append((detections, [detections]))
         else:
             vg = os.path.join(data_path, VG_BOXES_FOLDER)
-            needed.append((vg + " (or .zip)", [vg, vg + ".zip"]))
+            needed.append((vg + " (or .zip, .lmdb)", [vg, vg + ".zip", vg + ".lmdb"]))
     return [name for name, paths in needed if not any(os.path.exists(p) for p in paths)]
 
 
-def load_items(refer, image_sets, data_path, zip_mode=False):
+def load_items(refer, image_sets, data_path, storage="folder"):
     """One dict per expression of the splits ``image_sets`` (list of names), refs in :meth:`Refer.ref_ids`
     order and each ref's sentences in file order: ``sent_id``, ``ref_id``, ``ann_id``, ``split`` (the ref's
     own split field), ``image_id``, ``category_id``, ``image_fn``, ``width``, ``height``, ``tokens``."""
@@ -75,7 +75,7 @@ def load_items(refer, image_sets, data_path, zip_mode=False):
                 items.append({
                     "sent_id": sentence["sent_id"], "ref_id": ref_id, "ann_id": ref["ann_id"], "split": ref["split"],
                     "image_id": ref["image_id"], "category_id": ref.get("category_id"),
-                    "image_fn": coco_image_path(data_path, ref["image_id"], zip_mode),
+                    "image_fn": coco_image_path(data_path, ref["image_id"], storage),
                     "width": image["width"], "height": image["height"], "tokens": sentence["tokens"],
                 })
     return items
@@ -110,7 +110,8 @@ class RefCOCO(Dataset):
         proposal_source: one of :data:`PROPOSAL_SOURCES` (used with proposals).
         transform: callable on a sample dict (``common.data.transforms``) or None.
         test_mode: no ``label`` field (the referred boxes stay known: RefCOCO+ test labels are public).
-        zip_mode: read images from ``train2014.zip``.
+        storage: 'folder', 'zip' or 'lmdb': read images from ``train2014/``, ``train2014.zip`` or
+            ``train2014.lmdb``.
         add_image_as_a_box: candidate 0 is the whole image ``[0, 0, w - 1, h - 1]``.
 
     Items: ``image`` float ``(3, H, W)`` (a ``PIL.Image`` without transform); ``boxes`` float ``(K, 4)``
@@ -134,7 +135,7 @@ class RefCOCO(Dataset):
     """
 
     def __init__(self, image_set, data_path, tokenizer, boxes="gt", proposal_source="official", transform=None,
-                 test_mode=False, zip_mode=False, add_image_as_a_box=False):
+                 test_mode=False, storage="folder", add_image_as_a_box=False):
         if boxes not in BOXES:
             raise ValueError("DATASET.*_BOXES must be one of {}, got {!r}".format(", ".join(BOXES), boxes))
         if proposal_source not in PROPOSAL_SOURCES:
@@ -146,7 +147,6 @@ class RefCOCO(Dataset):
         self.proposal_source = proposal_source
         self.transform = transform
         self.test_mode = test_mode
-        self.zip_mode = zip_mode
         self.add_image_as_a_box = add_image_as_a_box
         self.image_sets = [s.strip() for s in image_set.split("+")]
         self.refer = Refer(data_path, DATASET_NAME, SPLIT_BY)
@@ -157,13 +157,13 @@ class RefCOCO(Dataset):
                 self.proposals = load_mattnet_detections(self.proposal_file)
             else:
                 self.vg_boxes = VGBoxes(data_path)
-        self.items = load_items(self.refer, self.image_sets, data_path, zip_mode)
+        self.items = load_items(self.refer, self.image_sets, data_path, storage)
         self.referred_boxes = referred_boxes(self.refer, self.items)
 
     @classmethod
     def from_config(cls, cfg, mode, transform=None):
         """Dataset of split ``mode`` ('train' / 'val' / 'test') from the reference's config keys
-        (``DATASET.{MODE}_IMAGE_SET``, ``{MODE}_BOXES``, ``PROPOSAL_SOURCE``, ``DATASET_PATH``, ``ZIP_MODE``,
+        (``DATASET.{MODE}_IMAGE_SET``, ``{MODE}_BOXES``, ``PROPOSAL_SOURCE``, ``DATASET_PATH``, ``ZIP_MODE``, ``LMDB_MODE``,
         ``ADD_IMAGE_AS_A_BOX``, ``NETWORK.BERT_MODEL_NAME``); ``test`` has no labels.
 
         Raises:
@@ -174,13 +174,13 @@ class RefCOCO(Dataset):
         if d.CACHE_MODE:
             raise ValueError("DATASET.CACHE_MODE is not supported (the reference does not implement it either)")
         boxes = d["{}_BOXES".format(mode.upper())]
-        missing = missing_data_paths(d.DATASET_PATH, [boxes], d.PROPOSAL_SOURCE, d.ZIP_MODE)
+        missing = missing_data_paths(d.DATASET_PATH, [boxes], d.PROPOSAL_SOURCE, storage_of(d))
         if missing:
             raise FileNotFoundError("RefCOCO+ data not found: missing {}. See {} for how to get and lay out "
                                     "RefCOCO+.".format(", ".join(missing), PREPARE_DOC))
         return cls(d["{}_IMAGE_SET".format(mode.upper())], d.DATASET_PATH, build_tokenizer(cfg.NETWORK.BERT_MODEL_NAME),
                    boxes=boxes, proposal_source=d.PROPOSAL_SOURCE, transform=transform, test_mode=mode == "test",
-                   zip_mode=d.ZIP_MODE, add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX)
+                   storage=storage_of(d), add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX)
 
     # ------------------------------------------------------------------ public helpers
     def __len__(self):

@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 from common.data.collate import index_from_im_info
 from common.data.loading import check_image_size, load_image, load_json, read_json_lines
 from common.data.samplers import resolve_key
+from common.data.storage import container, stored_folder, storage_of
 from common.errors import UserInputError
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import clip_boxes_
@@ -130,14 +131,16 @@ class VCRDataset(Dataset):
 
     Args:
         ann_file (str): jsonl file name under ``data_path`` (``train.jsonl``...).
-        image_set (str): image folder under ``data_path`` (``vcr1images``); in zip mode the
-            archive ``{data_path}/{image_set}.zip`` holding the folder ``{image_set}/``.
+        image_set (str): image folder under ``data_path`` (``vcr1images``); in 'zip' storage the
+            archive ``{data_path}/{image_set}.zip`` holding the folder ``{image_set}/``, in 'lmdb' storage
+            the store ``{image_set}.lmdb`` holding the same names (``common.data.storage.stored_folder``).
         data_path (str): ``DATASET.DATASET_PATH``.
         tokenizer: ``BertTokenizer`` (see ``common.data.tokenizer.build_tokenizer``).
         transform: callable on a sample dict (``common.data.transforms``) or None.
         task (str): ``'Q2A'``, ``'QA2R'`` or ``'Q2AR'``.
         test_mode (bool): no labels in the file, none returned.
-        zip_mode (bool): read images and metadata from the zip archive.
+        storage (str): 'folder', 'zip' or 'lmdb' (``common.data.storage.STORAGES``): where images and
+            metadata are read from.
         only_use_relevant_dets (bool): keep only the objects the texts mention (question and
             answers, plus rationales unless Q2A), renumbered in order of first mention.
         add_image_as_a_box (bool): box 0 is the whole image; text tags shift by one.
@@ -182,13 +185,12 @@ class VCRDataset(Dataset):
     """
 
     def __init__(self, ann_file, image_set, data_path, tokenizer, transform=None, task="Q2A", test_mode=False,
-                 zip_mode=False, only_use_relevant_dets=False, add_image_as_a_box=False, mask_size=(14, 14),
+                 storage="folder", only_use_relevant_dets=False, add_image_as_a_box=False, mask_size=(14, 14),
                  basic_align=False, qa2r_noq=False, seq_len=64):
         if task not in TASKS:
             raise ValueError("DATASET.TASK must be one of {}, got {!r}".format(TASKS, task))
         self.ann_file = os.path.join(data_path, ann_file)
-        self.image_root = (os.path.join(data_path, image_set + ".zip@", image_set) if zip_mode
-                           else os.path.join(data_path, image_set))
+        self.image_root = stored_folder(os.path.join(data_path, image_set), storage)
         self.tokenizer = tokenizer
         self.basic_tokenizer = BasicTokenizer(do_lower_case=True)
         self.transform = transform
@@ -210,7 +212,7 @@ class VCRDataset(Dataset):
 
         Raises:
             FileNotFoundError: one message listing every missing data path (data folder,
-                annotation file, image set folder or zip) and pointing to ``data/PREPARE_DATA.md``;
+                annotation file, image set folder, zip or LMDB store) and pointing to ``data/PREPARE_DATA.md``;
                 or the BERT folder lacks ``vocab.txt``.
         """
         d = cfg.DATASET
@@ -219,9 +221,9 @@ class VCRDataset(Dataset):
                 raise ValueError("DATASET.{} is not supported (the reference does not implement it either)".format(key))
         ann_file = d["{}_ANNOTATION_FILE".format(mode.upper())]
         image_set = d["{}_IMAGE_SET".format(mode.upper())]
-        check_data_paths(d.DATASET_PATH, [(ann_file, image_set)], d.ZIP_MODE)
+        check_data_paths(d.DATASET_PATH, [(ann_file, image_set)], storage_of(d))
         return cls(ann_file, image_set, d.DATASET_PATH, build_tokenizer(cfg.NETWORK.BERT_MODEL_NAME),
-                   transform=transform, task=d.TASK, test_mode=mode == "test", zip_mode=d.ZIP_MODE,
+                   transform=transform, task=d.TASK, test_mode=mode == "test", storage=storage_of(d),
                    only_use_relevant_dets=d.ONLY_USE_RELEVANT_DETS, add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX,
                    mask_size=(d.MASK_SIZE, d.MASK_SIZE), basic_align=d.BASIC_ALIGN, qa2r_noq=d.QA2R_NOQ)
 
@@ -488,13 +490,14 @@ class VCRDataset(Dataset):
         return fields
 
 
-def check_data_paths(data_path, splits, zip_mode):
+def check_data_paths(data_path, splits, storage):
     """Raise one FileNotFoundError listing everything missing for ``splits``.
 
     Args:
         data_path (str): ``DATASET.DATASET_PATH``.
         splits (list of (annotation file, image set)): as named in the config.
-        zip_mode (bool): image sets are ``{image_set}.zip`` archives.
+        storage (str): 'folder', 'zip' (image sets are ``{image_set}.zip`` archives) or 'lmdb'
+            (``{image_set}.lmdb`` stores).
     """
     if not os.path.isdir(data_path):
         missing = ["DATASET.DATASET_PATH '{}' (folder)".format(data_path)]
@@ -502,7 +505,7 @@ def check_data_paths(data_path, splits, zip_mode):
         missing = []
         for ann_file, image_set in splits:
             ann = os.path.join(data_path, ann_file)
-            images = os.path.join(data_path, image_set + ".zip" if zip_mode else image_set)
+            images = container(stored_folder(os.path.join(data_path, image_set), storage))
             for path, ok in ((ann, os.path.isfile(ann)), (images, os.path.exists(images))):
                 if not ok and path not in missing:
                     missing.append(path)

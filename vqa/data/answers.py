@@ -24,7 +24,7 @@ from collections import Counter
 
 import numpy as np
 
-from common.data.zipreader import read_bytes
+from common.data.storage import read_bytes
 from common.errors import UserInputError
 
 __all__ = ["UNK", "AnswerVocab", "AnswerVocabError", "clean_whitespace", "leave_one_out_accuracy",

@@ -17,6 +17,7 @@ from common.data.feature_cache import FeatureCache, FeatureCacheError
 from common.data.loading import check_image_size, load_image
 from common.data.region_features import FeatureFileError, feature_json_path, read_feature_json
 from common.data.samplers import resolve_key
+from common.data.storage import container_exists, stored_folder, storage_of
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import clip_boxes_
 from common.errors import UserInputError
@@ -45,28 +46,21 @@ class VQADataError(UserInputError):
     """Bad or missing VQA data; the message names the file and the question id."""
 
 
-def split_files(data_path, split, boxes, zip_mode, test_mode):
+def split_files(data_path, split, boxes, storage, test_mode):
     """Paths of one split: ``(questions, annotations or None, feature folder, cache folder, image pattern)``.
 
-    The feature folder is ``archive.zip@/folder`` in zip mode; the cache folder is the feature folder
+    The feature and image folders are ``archive.zip@/folder`` in 'zip' storage, ``store.lmdb@/folder`` in
+    'lmdb' storage (``common.data.storage.stored_folder``); the cache folder is the feature folder
     plus ``.cache`` (used when it exists); the image pattern takes ``image_id`` (``{:012d}``).
     """
     coco = SPLITS[split]
     folder = FEATURE_FOLDERS[boxes][coco == "test2015"]
-    features = os.path.join(data_path, PRECOMPUTED_ROOT, folder)
-    images = os.path.join(data_path, coco)
-    if zip_mode:
-        features = "{}.zip@/{}".format(features, folder)
-        images = "{}.zip@/{}".format(images, coco)
+    features = stored_folder(os.path.join(data_path, PRECOMPUTED_ROOT, folder), storage)
+    images = stored_folder(os.path.join(data_path, coco), storage)
     return (os.path.join(data_path, QUESTION_FILE.format(split)),
             None if test_mode else os.path.join(data_path, ANNOTATION_FILE.format(split)),
             features, os.path.join(data_path, PRECOMPUTED_ROOT, folder + CACHE_SUFFIX),
             os.path.join(images, "COCO_{}_{{:012d}}.jpg".format(coco)))
-
-
-def _exists(path):
-    """A plain path exists, or the archive of an ``archive.zip@/inner`` path does."""
-    return os.path.exists(path.split(".zip@")[0] + ".zip" if ".zip@" in path else path)
 
 
 class VQADataset(Dataset):
@@ -83,7 +77,8 @@ class VQADataset(Dataset):
         tokenizer: ``BertTokenizer``.
         transform: image transform (``common.data.transforms``), used end to end only.
         test_mode: no annotations are read and no label is returned.
-        zip_mode: features and images from ``<folder>.zip`` archives.
+        storage: 'folder', 'zip' or 'lmdb': features and images from folders, ``<folder>.zip`` archives or
+            ``<folder>.lmdb`` stores.
         with_precomputed_visual_feat: ``NETWORK.IMAGE_FEAT_PRECOMPUTED``.
         boxes: ``DATASET.BOXES``, ``"36"`` or ``"10-100ada"`` (which feature folders to read).
         add_image_as_a_box: box 0 is the whole image.
@@ -125,7 +120,7 @@ class VQADataset(Dataset):
     pad_values = {"boxes": -2.0}
 
     def __init__(self, image_set, data_path, answer_vocab_file, tokenizer, transform=None, test_mode=False,
-                 zip_mode=False, with_precomputed_visual_feat=True, boxes="36", add_image_as_a_box=True,
+                 storage="folder", with_precomputed_visual_feat=True, boxes="36", add_image_as_a_box=True,
                  answer_vocab_size=None):
         splits = [s.strip() for s in image_set.split("+")]
         unknown = [s for s in splits if s not in SPLITS]
@@ -141,7 +136,7 @@ class VQADataset(Dataset):
         self.test_mode = test_mode
         self.precomputed = with_precomputed_visual_feat
         self.add_image_as_a_box = add_image_as_a_box
-        self.files = [split_files(data_path, s, boxes, zip_mode, test_mode) for s in splits]
+        self.files = [split_files(data_path, s, boxes, storage, test_mode) for s in splits]
         self._check_paths(answer_vocab_file)
         self.answer_vocab = AnswerVocab.from_file(answer_vocab_file)
         if answer_vocab_size is not None:
@@ -166,7 +161,7 @@ class VQADataset(Dataset):
                                "see the feature cache in {}".format(PREPARE_DOC))
         return cls(d["{}_IMAGE_SET".format(mode.upper())], d.DATASET_PATH, d.ANSWER_VOCAB_FILE,
                    build_tokenizer(cfg.NETWORK.BERT_MODEL_NAME), transform=transform, test_mode=mode == "test",
-                   zip_mode=d.ZIP_MODE, with_precomputed_visual_feat=cfg.NETWORK.IMAGE_FEAT_PRECOMPUTED,
+                   storage=storage_of(d), with_precomputed_visual_feat=cfg.NETWORK.IMAGE_FEAT_PRECOMPUTED,
                    boxes=d.BOXES, add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX, answer_vocab_size=d.ANSWER_VOCAB_SIZE)
 
     def _check_paths(self, answer_vocab_file):
@@ -175,7 +170,7 @@ class VQADataset(Dataset):
             needed += [questions] + ([annotations] if annotations else [])
             needed += [] if os.path.isdir(cache) else [features]
             needed += [] if self.precomputed else [os.path.dirname(images)]
-        missing = list(dict.fromkeys(p for p in needed if not _exists(p)))
+        missing = list(dict.fromkeys(p for p in needed if not container_exists(p)))
         if missing:
             raise FileNotFoundError("VQA data missing (DATASET.DATASET_PATH, ANSWER_VOCAB_FILE, BOXES): {}; see {}"
                                     .format(", ".join(missing), PREPARE_DOC))
