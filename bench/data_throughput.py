@@ -1,18 +1,20 @@
-"""Data loading throughput from folders, zip archives and LMDB stores, and the data share of a training step.
+"""Data loading throughput from folders, zip archives, LMDB stores and tar shards, and the data share of a step.
 
     python bench/data_throughput.py [--batches 20] [--workers 0 2 4] [--step-items 16]
 
 Data: the demo VCR set (``scripts/make_demo_data.py``) and the demo captions (``scripts/make_demo_captions.py``),
 written to ``--work`` at a small size when absent, then stored three ways: as written (folders), as zips
 (``vcr1images.zip`` holding ``vcr1images/``; ``train_image.zip`` / ``train_frcnn.zip`` holding bare names, the
-reference's layout) and as LMDB stores packed by ``scripts/pack_lmdb.py``. Each (data set, storage, workers)
+reference's layout), as LMDB stores packed by ``scripts/pack_lmdb.py`` and, for the captions, as tar shards
+written by ``scripts/convert_cc_shards.py`` (``cc_shards``). Each (data set, storage, workers)
 loads ``--batches`` training batches through the real loader (``common.data.build.make_dataloader``: the
 demo config's transform, sampler and collate) and reports items/s and MB/s (stored bytes read per item x
 items/s; the loader's start, workers included, is timed). Then the demo VCR config trains ``--step-items``
-items through ``vcr/train_end2end.py`` (2 workers) from each storage, and the data share of a step is the
-log's ``Data`` time over the sum of its phases (``common.events.PHASES``), as ``bench/vqa_demo.py`` reads it.
+items through ``vcr/train_end2end.py`` (2 workers) from each storage, the pretraining demo its captions
+from folders and shards, and the data share of a step is the log's ``Data`` time over the sum of its phases (``common.events.PHASES``), as ``bench/vqa_demo.py`` reads it.
 
-A new storage is one entry of :data:`STORAGES` (name -> a function preparing it and returning its ``--opts``).
+A new storage is one entry of :data:`STORAGES` (name -> a function preparing it and returning its ``DATASET`` keys,
+or None for a data set it cannot hold).
 """
 import argparse
 import os
@@ -22,9 +24,12 @@ import sys
 import time
 import zipfile
 
+import yaml
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [REPO, os.path.join(REPO, "scripts"), os.path.join(REPO, "bench")]
 
+import convert_cc_shards  # noqa: E402
 import pack_lmdb  # noqa: E402
 from vqa_demo import loading_share  # noqa: E402
 
@@ -66,8 +71,16 @@ def lmdb_keys(path, folders):
     return {"DATASET_PATH": path, "LMDB_MODE": True}
 
 
+def shard_keys(path, folders):
+    """Caption pretraining only: the demo captions as tar shards of 50 samples."""
+    if "train_frcnn" not in dict(folders):
+        return None
+    pattern = convert_cc_shards.to_shards(path, "train", os.path.join(path, "shards"), per_shard=50)
+    return {"DATASET_PATH": path, "DATASET": "cc_shards", "TRAIN_SHARDS": os.path.join("shards", pattern)}
+
+
 # Storage name -> function(data path, folders of DATASETS) preparing the storage and returning its DATASET keys.
-STORAGES = {"folder": folder_keys, "zip": zip_keys, "lmdb": lmdb_keys}
+STORAGES = {"folder": folder_keys, "zip": zip_keys, "lmdb": lmdb_keys, "shards": shard_keys}
 
 
 def make_data(work):
@@ -126,18 +139,33 @@ def loading(name, keys, workers, batches):
     return items / seconds, dataset
 
 
-def step_share(path, keys, items, work):
-    """Data share of the demo VCR training steps over the first ``items`` training items (2 workers)."""
-    subset = os.path.join(path, "bench_train.jsonl")
-    with open(os.path.join(path, "train.jsonl")) as src, open(subset, "w") as dst:
-        dst.writelines(line for _, line in zip(range(items), src))
+def step_share(name, path, keys, items, work):
+    """Data share of the demo training steps of data set ``name`` (the VCR demo, or the pretraining demo on
+    the captions and the demo corpus) over its first ``items`` training items, 2 loader workers."""
+    task, cfg_path, _ = DATASETS[name]
+    with open(cfg_path) as f:
+        cfg = yaml.safe_load(f)
+    entries = cfg["DATASET"] if isinstance(cfg["DATASET"], list) else [cfg["DATASET"]]
+    entries[0].update(keys)
+    if name == "vcr":
+        subset = os.path.join(path, "bench_train.jsonl")
+        with open(os.path.join(path, "train.jsonl")) as src, open(subset, "w") as dst:
+            dst.writelines(line for _, line in zip(range(items), src))
+        entries[0].update(TRAIN_ANNOTATION_FILE="bench_train.jsonl", VAL_ANNOTATION_FILE="bench_train.jsonl")
+    else:  # the demo corpus beside the captions; the whole demo caption set (items does not apply)
+        corpus = os.path.join(work, "demo.doc")
+        if not os.path.exists(corpus):
+            subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make_demo_corpus.py"), "--out", corpus],
+                           check=True)
+        entries[1].update(TRAIN_ANNOTATION_FILE=corpus, VAL_ANNOTATION_FILE=corpus)
     model_dir = os.path.join(work, "runs", str(time.time_ns()))
-    cmd = [sys.executable, os.path.join(REPO, "vcr", "train_end2end.py"), "--cfg", VCR_CFG, "--model-dir",
-           model_dir, "--opts"] + [w for k, v in keys.items() for w in ("DATASET." + k, str(v))] + [
-               "DATASET.TRAIN_ANNOTATION_FILE", "bench_train.jsonl",
-                                          "DATASET.VAL_ANNOTATION_FILE", "bench_train.jsonl", "TRAIN.END_EPOCH", "1",
-                                          "NUM_WORKERS_PER_GPU", "2", "LOG_FREQUENT", "1", "NETWORK.BERT_MODEL_NAME",
-                                          BERT]
+    os.makedirs(model_dir)
+    cfg_file = os.path.join(model_dir, "bench.yaml")
+    with open(cfg_file, "w") as f:
+        yaml.safe_dump(cfg, f)
+    cmd = [sys.executable, os.path.join(REPO, task, "train_end2end.py"), "--cfg", cfg_file, "--model-dir", model_dir,
+           "--opts", "TRAIN.END_EPOCH", "1", "NUM_WORKERS_PER_GPU", "2", "LOG_FREQUENT", "1",
+           "NETWORK.BERT_MODEL_NAME", BERT]
     out = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     shutil.rmtree(model_dir, ignore_errors=True)
     if out.returncode:
@@ -155,6 +183,7 @@ def main():
     paths = make_data(os.path.abspath(args.work))
     keys = {(name, storage): prepare(paths[name], DATASETS[name][2])
             for name in DATASETS for storage, prepare in STORAGES.items()}
+    keys = {cell: k for cell, k in keys.items() if k is not None}
     print("| data | storage | workers | items/s | MB/s |\n| --- | --- | --- | --- | --- |")
     per_item = {}  # data set -> bytes per item, from its folder storage (the first of STORAGES)
     for (name, storage), storage_keys in keys.items():
@@ -165,10 +194,11 @@ def main():
             print("| {} | {} | {} | {:.1f} | {:.2f} |".format(name, storage, workers, rate,
                                                               rate * per_item[name] / 1e6), flush=True)
     if args.step_items:
-        print("\n| storage | data share of the VCR demo step (2 workers) |\n| --- | --- |")
-        for storage in STORAGES:
-            share = step_share(paths["vcr"], keys[("vcr", storage)], args.step_items, os.path.abspath(args.work))
-            print("| {} | {:.1%} |".format(storage, share), flush=True)
+        print("\n| data | storage | data share of the demo step (2 workers) |\n| --- | --- | --- |")
+        for (name, storage), storage_keys in keys.items():
+            if name == "vcr" or storage in ("folder", "shards"):
+                share = step_share(name, paths[name], storage_keys, args.step_items, os.path.abspath(args.work))
+                print("| {} | {} | {:.1%} |".format(name, storage, share), flush=True)
 
 
 if __name__ == "__main__":

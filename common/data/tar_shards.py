@@ -42,7 +42,7 @@ from common.errors import UserInputError
 logger = logging.getLogger(__name__)
 
 __all__ = ["IMAGE_EXTS", "KINDS", "ShardError", "ShardIndex", "cached_index", "epoch_order", "expand_shards",
-           "index_shard", "shards", "write_shards"]
+           "index_shard", "write_shards"]
 
 # Member kinds of a sample, columns of ShardIndex.offset / .size; an image is the first of IMAGE_EXTS present.
 KINDS = ("image", "txt", "json", "npy")
@@ -295,29 +295,3 @@ def write_shards(samples, pattern_prefix, per_shard=1000, mtime=0.0):
     if shard < 0:
         return None
     return "{}-{{00000..{:05d}}}.tar".format(os.path.basename(pattern_prefix), shard)
-
-
-def shards(folder, files, per_shard=1000):
-    """Storage factory for data-throughput benchmarks: ``files`` packed as tar shards, read back by offset.
-
-    Args:
-        folder (str): where the shards (``files-NNNNN.tar``) and their index caches go.
-        files (dict str -> bytes): name -> content (each becomes the ``.bin`` member of one sample).
-        per_shard (int >= 1): files per shard.
-    Returns:
-        ``read(name) -> bytes``: one ``open`` + ``seek`` + ``read`` of the member.
-    """
-    names = sorted(files)
-    keys = {name: "s{:09d}".format(i) for i, name in enumerate(names)}
-    pattern = write_shards(({"__key__": keys[n], "bin": files[n]} for n in names), os.path.join(folder, "files"),
-                           per_shard)
-    where = {key: (path,) + members["bin"] for path in expand_shards(pattern, folder)
-             for key, members in cached_index(path)}
-
-    def read(name):
-        path, offset, size = where[keys[name]]
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(size)
-
-    return read
