@@ -7,7 +7,8 @@ a zip: ``features.zip@/folder/<image_id>.json``)::
     {"image_id": 9, "image_w": 640, "image_h": 480, "num_boxes": N,
      "boxes": base64(float32 [N, 4]), "features": base64(float32 [N, D]),
      "image_box_feature": base64(float32 [D])    # optional: the whole image as one box
-     ...}                                        # other keys ("classes", "attrs") are ignored
+     "classes": base64(float32 [N, C])           # optional: each box's class distribution (written by
+     ...}                                        # a detector; read by pretraining only), "attrs" ignored
 
 **Bottom-up-attention TSV** (Anderson et al., CVPR 2018, ``generate_tsv.py``): one image per line,
 tab-separated, no header, fields ``image_id image_w image_h num_boxes boxes features``, the arrays
@@ -57,6 +58,9 @@ class RegionFeatures:
         boxes: float32 ``[N, 4]`` ``(x1, y1, x2, y2)`` in pixels of the original image.
         features: float32 ``[N, D]``.
         image_box_feature: float32 ``[D]`` feature of the whole image, or None.
+        classes: float32 ``[N, C]`` class distribution of each box (a detector's, column 0 background), or
+            None; written to JSON files only (pretraining's MVRC targets read it there, the VQA and RefCOCO+
+            readers ignore it).
     """
     image_id: Union[int, str]
     image_w: int
@@ -64,6 +68,7 @@ class RegionFeatures:
     boxes: np.ndarray
     features: np.ndarray
     image_box_feature: Optional[np.ndarray] = None
+    classes: Optional[np.ndarray] = None
 
     @property
     def num_boxes(self):
@@ -153,6 +158,8 @@ def feature_json_dict(regions):
               "features": encode_array(regions.features)}
     if regions.image_box_feature is not None:
         record["image_box_feature"] = encode_array(regions.image_box_feature)
+    if regions.classes is not None:
+        record["classes"] = encode_array(regions.classes)
     return record
 
 
@@ -218,8 +225,8 @@ def iter_tsv(path, feature_dim=None):
 
 
 def write_tsv(path, items):
-    """Write RegionFeatures as a bottom-up-attention TSV file (``image_box_feature`` is not part of
-    the format and is dropped)."""
+    """Write RegionFeatures as a bottom-up-attention TSV file (``image_box_feature`` and ``classes`` are
+    not part of the format and are dropped)."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f, delimiter="\t")
         for r in items:

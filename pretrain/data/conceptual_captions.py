@@ -48,7 +48,8 @@ read (joined to ``DATASET_PATH``, zip paths resolved), ``caption`` the list of c
 Detections = namedtuple("Detections", "boxes cls_scores features width height")
 Detections.__doc__ = """Decoded detector file, regions sorted by their highest class score, best
 first: ``boxes`` float32 ``(N, 4)`` ``x1, y1, x2, y2`` in pixels of the original image;
-``cls_scores`` float32 ``(N, C)`` class distribution (C = 1601, column 0 background);
+``cls_scores`` float32 ``(N, C)`` class distribution (C = 1601, column 0 background), or None when
+the file has none and none was asked for;
 ``features`` float32 ``(N, D)`` (D = 2048) or None when not asked for; ``width``, ``height``
 (int) the image size the boxes refer to."""
 
@@ -115,12 +116,14 @@ def decode_floats(text, rows, where):
     return torch.from_numpy(np.frombuffer(data, dtype=np.float32).reshape(rows, -1).copy())
 
 
-def load_detections(path, with_features=False):
+def load_detections(path, with_features=False, with_classes=True):
     """Read a detector file (plain or ``archive.zip@/inner``).
 
     Args:
         path (str): the file (``CaptionRecord.frcnn``).
         with_features (bool): also decode ``features`` (``NETWORK.IMAGE_FEAT_PRECOMPUTED``).
+        with_classes (bool): ``classes`` must be there (``NETWORK.WITH_MVRC_LOSS``); otherwise a file
+            without it (grid or given boxes, ``scripts/extract_features.py``) keeps its own region order.
     Returns:
         ``Detections``, regions sorted by their highest class score, best first (stable for
         ties), as the reference orders them before keeping the first ``SEQ_LEN``.
@@ -130,12 +133,14 @@ def load_detections(path, with_features=False):
             decode to ``num_boxes`` rows, boxes without 4 columns (names the file and field).
     """
     meta = load_json(path)
-    needed = ["num_boxes", "image_w", "image_h", "boxes", "classes"] + (["features"] if with_features else [])
+    needed = ["num_boxes", "image_w", "image_h", "boxes"] + (["classes"] if with_classes else []) + (
+        ["features"] if with_features else [])
     missing = [k for k in needed if k not in meta]
     if missing:
         raise CaptionDataError("detector file '{}': missing field(s) {}{}".format(
             path, ", ".join(missing), " (the precomputed-feature configs need 'features')"
-            if missing == ["features"] else ""))
+            if missing == ["features"] else " (masked-region classification, NETWORK.WITH_MVRC_LOSS, needs a "
+            "detector's 'classes'; boxes from a grid or a file have none)" if missing == ["classes"] else ""))
     rows = meta["num_boxes"]
     if not isinstance(rows, int) or rows < 1:
         raise CaptionDataError("detector file '{}': 'num_boxes' must be an int >= 1, got {!r}".format(path, rows))
@@ -143,10 +148,15 @@ def load_detections(path, with_features=False):
     def field(key):
         return decode_floats(meta[key], rows, "detector file '{}' field '{}'".format(path, key))
 
-    boxes, scores = field("boxes"), field("classes")
+    boxes = field("boxes")
     if boxes.shape[1] != 4:
         raise CaptionDataError("detector file '{}': 'boxes' has {} numbers per box, expected 4 (x1, y1, x2, y2)"
                                .format(path, boxes.shape[1]))
-    order = torch.sort(scores.max(dim=1).values, descending=True, stable=True).indices
+    if "classes" in meta:
+        scores = field("classes")
+        order = torch.sort(scores.max(dim=1).values, descending=True, stable=True).indices
+        scores = scores[order]
+    else:
+        scores, order = None, torch.arange(rows)
     features = field("features")[order] if with_features else None
-    return Detections(boxes[order], scores[order], features, int(meta["image_w"]), int(meta["image_h"]))
+    return Detections(boxes[order], scores, features, int(meta["image_w"]), int(meta["image_h"]))
