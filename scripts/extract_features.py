@@ -61,8 +61,8 @@ from common.cli import run_main  # noqa: E402
 from common.data.box_sources import (CONF_THRESH, MAX_BOXES, MIN_BOXES, NMS_IOU, DetectorBoxes,  # noqa: E402
                                      grid_boxes)
 from common.data.loading import load_image, load_json  # noqa: E402
-from common.data.region_features import (RegionFeatures, feature_json_path, write_feature_json,  # noqa: E402
-                                         write_tsv)
+from common.data.region_features import (RegionFeatures, feature_json_path, image_id_from_name,  # noqa: E402
+                                         write_feature_json, write_tsv)
 from common.data.skips import SkipCounter, read_or_skip  # noqa: E402
 from common.data.transforms import build_transforms  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
@@ -148,8 +148,7 @@ def list_images(image_root, image_list=None):
     """``{image_id, image}`` entries (``boxes`` None) of the images to box: the lines of ``image_list``, or
     every file under ``image_root`` whose extension PIL decodes, sorted.
 
-    ``image_id`` is the file name without its extension (an int when all digits), as bottom-up-attention
-    named its outputs.
+    ``image_id``: :func:`common.data.region_features.image_id_from_name`.
 
     Raises:
         UserInputError: no image at all, or two images with one id (names both files).
@@ -171,8 +170,7 @@ def list_images(image_root, image_list=None):
         raise UserInputError("{}: no image file".format(where))
     entries, seen = [], {}
     for name in names:
-        stem = os.path.splitext(os.path.basename(name))[0]
-        image_id = int(stem) if stem.isdigit() else stem
+        image_id = image_id_from_name(name)
         if str(image_id) in seen:
             raise UserInputError("{}: {} and {} would both get image_id {} (the file name without its extension); "
                                  "rename one".format(where, seen[str(image_id)], name, image_id))

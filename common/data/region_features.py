@@ -36,7 +36,7 @@ from .loading import load_json
 from .zipreader import ZipReader, is_zip_path, read_bytes, split_zip_path
 
 __all__ = ["TSV_FIELDNAMES", "FeatureFileError", "RegionFeatures", "decode_array", "encode_array",
-           "feature_json_path", "iter_feature_folder", "iter_tsv", "read_feature_json", "write_feature_json",
+           "feature_json_path", "image_id_from_name", "iter_feature_folder", "iter_tsv", "read_feature_json", "write_feature_json",
            "write_tsv"]
 
 TSV_FIELDNAMES = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
@@ -172,6 +172,14 @@ def write_feature_json(path, regions):
 def feature_json_path(folder, image_id):
     """``<folder>/<image_id>.json``, the reference's VQA naming (folder may be ``a.zip@/inner``)."""
     return "{}/{}.json".format(folder.rstrip("/"), image_id)
+
+
+def image_id_from_name(path):
+    """The image_id of an image file that has no other id: its name without folder and extension, an int
+    when all digits (``photos/cat.jpg`` -> ``'cat'``, ``000123.png`` -> ``123``), as bottom-up-attention
+    named its outputs; :func:`feature_json_path` then gives ``<folder>/cat.json``."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return int(stem) if stem.isdigit() else stem
 
 
 def iter_feature_folder(folder, feature_dim=None):
