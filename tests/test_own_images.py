@@ -80,7 +80,7 @@ def tiny_pretraining_checkpoint(path, bert):
         str(HIDDEN), "NETWORK.VLBERT.visual_size", str(HIDDEN), "NETWORK.VLBERT.num_hidden_layers", "2",
         "NETWORK.VLBERT.num_attention_heads", "2", "NETWORK.VLBERT.intermediate_size", "64",
         "NETWORK.VLBERT.vocab_size", str(len(open(os.path.join(bert, "vocab.txt")).read().split())),
-        "NETWORK.VLBERT.max_position_embeddings", "128"])
+        "NETWORK.VLBERT.max_position_embeddings", "128", "NETWORK.VLBERT.word_embedding_frozen", "false"])
     torch.save({"state_dict": PRETRAIN_TASK.build_model(cfg).state_dict()}, path)
 
 
@@ -98,6 +98,7 @@ def test_the_whole_chain_from_photos_to_predictions(tmp_path):
             "NETWORK.VLBERT.hidden_size": HIDDEN, "NETWORK.VLBERT.visual_size": HIDDEN,
             "NETWORK.VLBERT.num_hidden_layers": 2, "NETWORK.VLBERT.num_attention_heads": 2,
             "NETWORK.VLBERT.intermediate_size": 64, "NETWORK.VLBERT.max_position_embeddings": 128,
+            "NETWORK.VLBERT.word_embedding_frozen": "false",
             "NETWORK.VLBERT.vocab_size": len(SPECIAL_TOKENS) + len(words), "TRAIN.END_EPOCH": 1,
             "TRAIN.BATCH_IMAGES": 4, "TRAIN.WARMUP_STEPS": 1, "VAL.BATCH_IMAGES": 4, "TEST.BATCH_IMAGES": 4}
     opts = [str(x) for kv in tiny.items() for x in kv]
