@@ -267,7 +267,8 @@ def read_captions(path, entries):
     """
     captions = load_json(path)
     if not isinstance(captions, dict):
-        raise UserInputError("{}: expected a JSON object {{\"<image>\": \"caption\" or [\"caption\", ...]}}".format(path))
+        raise UserInputError("{}: expected a JSON object {{\"<image>\": \"caption\" or [\"caption\", ...]}}"
+                             .format(path))
     images = {e["image"] for e in entries}
     out = {}
     for image, text in captions.items():

@@ -6,7 +6,8 @@
 
 ``--qa`` is a JSON list, one object per question::
 
-    [{"image": "kitchen/cat.jpg", "question": "what animal is on the table ?", "answer": "cat", "split": "train"},
+    [{"image": "kitchen/cat.jpg", "question": "what animal is on the table ?", "answer": "cat",
+      "split": "train"},
      {"image": "dog.png", "question": "how many dogs ?", "answers": ["2", "2", "3"], "split": "val"},
      {"image": "park.jpg", "question": "is it sunny ?", "split": "test"}, ...]
 
@@ -70,7 +71,8 @@ def read_qa(path, images):
     """
     entries = load_json(path)
     if not isinstance(entries, list):
-        raise UserInputError("{}: expected a JSON list of {{\"image\", \"question\", \"answer\", \"split\"}}".format(path))
+        raise UserInputError("{}: expected a JSON list of {{\"image\", \"question\", \"answer\", \"split\"}}"
+                             .format(path))
     out = {split: [] for split in SPLITS.values()}
     for i, e in enumerate(entries):
         where = "{} entry {}".format(path, i)

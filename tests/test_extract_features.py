@@ -135,8 +135,8 @@ def test_detector_regions_with_class_distributions_feed_mvrc(photos, tmp_path):
     root, script = photos
     (tmp_path / "captions.json").write_text(json.dumps({"chelsea.png": "a cat"}))
     (tmp_path / "list.txt").write_text("chelsea.png\n")  # one photo: the detector is slow on a busy CPU
-    run(script, root, "--box-source", "detector", "--image-list", str(tmp_path / "list.txt"), "--detector", DETECTOR, "--detector-weights",
-        str(root / "detector.pth"), "--detector-min-size", "64", "--detector-max-size", "96",
+    run(script, root, "--box-source", "detector", "--image-list", str(tmp_path / "list.txt"), "--detector", DETECTOR,
+        "--detector-weights", str(root / "detector.pth"), "--detector-min-size", "64", "--detector-max-size", "96",
         "--out", str(tmp_path / "f"), "--captions", str(tmp_path / "captions.json"))
     stored = json.loads((tmp_path / "f" / "chelsea.json").read_text())
     r = read_feature_json(str(tmp_path / "f" / "chelsea.json"))

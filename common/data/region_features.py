@@ -7,8 +7,8 @@ a zip: ``features.zip@/folder/<image_id>.json``)::
     {"image_id": 9, "image_w": 640, "image_h": 480, "num_boxes": N,
      "boxes": base64(float32 [N, 4]), "features": base64(float32 [N, D]),
      "image_box_feature": base64(float32 [D])    # optional: the whole image as one box
-     "classes": base64(float32 [N, C])           # optional: each box's class distribution (written by
-     ...}                                        # a detector; read by pretraining only), "attrs" ignored
+     "classes": base64(float32 [N, C])           # optional: a detector's class distribution per box
+     ...}                                        # (pretraining reads it); others ("attrs") are ignored
 
 **Bottom-up-attention TSV** (Anderson et al., CVPR 2018, ``generate_tsv.py``): one image per line,
 tab-separated, no header, fields ``image_id image_w image_h num_boxes boxes features``, the arrays

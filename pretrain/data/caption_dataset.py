@@ -57,8 +57,8 @@ class ConceptualCaptionsDataset(Dataset):
     Raises:
         common.data.skips.TooManySkipsError: unreadable images past the allowed share.
         CaptionDataError / FileNotFoundError: a broken or missing detector file (no tolerance), ``classes``
-            of another width than ``num_classes`` (names the file and the key to set), or an image whose decoded (EXIF-rotated) size is not the file's ``image_w`` / ``image_h`` with a
-            box beyond it.
+            of another width than ``num_classes`` (names the file and the key to set), or an image whose
+            decoded (EXIF-rotated) size is not the file's ``image_w`` / ``image_h`` with a box beyond it.
     Warns:
         common.data.loading.ImageSizeWarning: decoded size unlike the detector file's, boxes within it.
     """
