@@ -13,9 +13,10 @@
 
 ``image`` is relative to ``--images``; ``answer`` (what all ten annotators said) or ``answers`` (1 to 10
 annotators' answers, scored as the official metric scores them) is needed for ``train`` and ``val``;
-``split`` is ``train`` (the default), ``val`` or ``test``, each with at least one question. The image_id of a photo is its file name without
-the extension (``common.data.region_features.image_id_from_name``), the name
-``scripts/extract_features.py`` gives its feature file, so the features go, unchanged, into
+``split`` is ``train`` (the default), ``val`` or ``test``, each with at least one question. The
+image_id of a photo is its file name without the extension
+(``common.data.region_features.image_id_from_name``), the name ``scripts/extract_features.py`` gives
+its feature file, so the features go, unchanged, into
 ``<out>/vgbua_res101_precomputed/trainval_resnet101_faster_rcnn_genome_36/`` (``DATASET.BOXES: '36'``;
 the test split reads ``test2015_resnet101_faster_rcnn_genome_36/``, which this script links to it).
 

@@ -51,8 +51,9 @@ if [ -z "${RESNET_WEIGHTS:-}" ]; then
 fi
 case "$BOX_SOURCE" in
     grid) BOXES=(--box-source grid --grid "${GRID:-4x4}") ;;
-    detector) BOXES=(--box-source detector --detector "${DETECTOR:-fasterrcnn_resnet50_fpn_v2}"
-                     --detector-weights "${DETECTOR_WEIGHTS:?BOX_SOURCE=detector needs DETECTOR_WEIGHTS (data/PREPARE_DATA.md)}") ;;
+    detector) : "${DETECTOR_WEIGHTS:?BOX_SOURCE=detector needs DETECTOR_WEIGHTS (data/PREPARE_DATA.md)}"
+              BOXES=(--box-source detector --detector "${DETECTOR:-fasterrcnn_resnet50_fpn_v2}"
+                     --detector-weights "$DETECTOR_WEIGHTS") ;;
     *) echo "error: BOX_SOURCE must be grid or detector, got '$BOX_SOURCE'" >&2; exit 2 ;;
 esac
 "$PY" scripts/extract_features.py "${BOXES[@]}" --image-root "$PHOTOS" --out "$FEATURES" --cfg "$CFG" \
@@ -63,13 +64,13 @@ esac
 if [ -z "${PRETRAINED:-}" ]; then
     PRETRAINED="$(ls -t output/pretrain/vl-bert/demo_e2e_cpu/train_train/*-best.model 2>/dev/null | head -1 || true)"
 fi
-[ -n "$PRETRAINED" ] || echo "note: no PRETRAINED checkpoint (and no pretraining demo run): fine-tuning from the language model alone"
+[ -n "$PRETRAINED" ] ||
+    echo "note: no PRETRAINED checkpoint (and no pretraining demo run): fine-tuning from the language model alone"
+DOWNSAMPLE=image_feature_extractor.obj_downsample
+RENAMES="[\"$DOWNSAMPLE->pretrain_only.obj_downsample\", \"module.$DOWNSAMPLE->pretrain_only.obj_downsample\"]"
 OPTS=(DATASET.DATASET_PATH "$OUT" DATASET.ANSWER_VOCAB_FILE "$ANSWERS"
       DATASET.ANSWER_VOCAB_SIZE "$(grep -c . "$ANSWERS")" DATASET.BOXES 36
-      NETWORK.PARTIAL_PRETRAIN "$PRETRAINED"
-      NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES
-      '["image_feature_extractor.obj_downsample->pretrain_only.obj_downsample", "module.image_feature_extractor.obj_downsample->pretrain_only.obj_downsample"]'
-      "$@")
+      NETWORK.PARTIAL_PRETRAIN "$PRETRAINED" NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES "$RENAMES" "$@")
 if [ "$NPROC" -eq 1 ]; then
     ./scripts/nondist_run.sh vqa/train_end2end.py "$CFG" "$OUT" --opts "${OPTS[@]}"
 else

@@ -36,8 +36,8 @@ from .loading import load_json
 from .zipreader import ZipReader, is_zip_path, read_bytes, split_zip_path
 
 __all__ = ["TSV_FIELDNAMES", "FeatureFileError", "RegionFeatures", "decode_array", "encode_array",
-           "feature_json_path", "image_id_from_name", "iter_feature_folder", "iter_tsv", "read_feature_json", "write_feature_json",
-           "write_tsv"]
+           "feature_json_path", "image_id_from_name", "iter_feature_folder", "iter_tsv", "read_feature_json",
+           "write_feature_json", "write_tsv"]
 
 TSV_FIELDNAMES = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
 # Largest csv field we accept (bytes of one base64 array); far above 100 boxes x 2048 floats.
