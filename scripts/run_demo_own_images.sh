@@ -6,8 +6,8 @@
 #   4. predictions for the test questions (vqa/test.py)
 #   5. attention maps: to come (see the marked step below)
 # Without PHOTOS and QA_JSON it runs on an example (scripts/own_images_example.py: the demo's photographs
-# and questions). Run scripts/run_demo.sh once first (it sets up .venv and the MiniLM link the default
-# config reads).
+# and questions). Start it as scripts/run_demo.sh own [...], which sets up .venv and the MiniLM link that
+# the default config reads.
 #   usage: scripts/run_demo_own_images.sh [PHOTOS QA_JSON] [KEY VALUE ...]   (KEY VALUE: training --opts)
 # Environment (defaults in brackets):
 #   OUT [data/own_vqa]          data, features and the run's output folder
