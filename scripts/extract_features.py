@@ -109,11 +109,16 @@ def parse_args(argv=None):
         raise UserInputError("--boxes goes with --box-source file (the default), and only with it")
     if args.box_source == "detector" and not args.detector_weights:
         raise UserInputError("--box-source detector needs --detector-weights FILE (nothing is downloaded; see "
-                             "data/PREPARE_DATA.md, 'Boxes from a detector')")
+                             "data/PREPARE_DATA.md, 'Features for your own images')")
     if args.captions and args.format != "json":
         raise UserInputError("--captions needs --format json (the caption index points at per-image JSON files)")
-    if not 0.0 <= args.max_skipped_share <= 1.0:
-        raise UserInputError("--max-skipped-share: expected a share in [0, 1], got {}".format(args.max_skipped_share))
+    for name in ("max_skipped_share", "conf_thresh", "nms_iou"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            raise UserInputError("--{}: expected a number in [0, 1], got {}".format(name.replace("_", "-"),
+                                                                                  getattr(args, name)))
+    if not 1 <= args.min_boxes <= args.max_boxes:
+        raise UserInputError("--min-boxes {} / --max-boxes {}: expected 1 <= min <= max".format(args.min_boxes,
+                                                                                              args.max_boxes))
     return args
 
 

@@ -107,6 +107,10 @@ def test_a_grid_larger_than_a_photo_is_refused_with_both_sizes(photos, tmp_path)
         run(script, root, "--box-source", "grid", "--grid", "65x2", "--out", str(tmp_path / "f"))
     with pytest.raises(UserInputError, match=r"--grid: expected ROWSxCOLS such as 4x4, got '4by4'"):
         run(script, root, "--box-source", "grid", "--grid", "4by4", "--out", str(tmp_path / "f"))
+    with pytest.raises(UserInputError, match=r"--min-boxes 20 / --max-boxes 10: expected 1 <= min <= max"):
+        run(script, root, "--box-source", "grid", "--min-boxes", "20", "--max-boxes", "10", "--out", "x")
+    with pytest.raises(UserInputError, match=r"--conf-thresh: expected a number in \[0, 1\], got 2.0"):
+        run(script, root, "--box-source", "grid", "--conf-thresh", "2", "--out", "x")
 
 
 def test_file_source_and_a_list_of_images(photos, tmp_path, capsys):

@@ -91,7 +91,7 @@ class DetectorBoxes:
     The model is built with no weights (nothing is downloaded) and its weights read weights-only from
     ``weights`` (a ``.pth`` state dict, a training checkpoint holding it under ``model``, or a
     ``.safetensors`` file); the number of classes comes from the file. COCO weights are torchvision's
-    published files (``data/PREPARE_DATA.md``: "Boxes from a detector").
+    published files (``data/PREPARE_DATA.md``, "Features for your own images").
 
     Args:
         name: a torchvision detection model (``torchvision.models.list_models(torchvision.models.detection)``).
