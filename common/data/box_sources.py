@@ -1,9 +1,31 @@
-"""Boxes for images that come without any: a regular grid (no detector needed)."""
+"""Boxes for images that come without any: a regular grid (no detector needed), or a torchvision
+two-stage detector selecting regions the way the bottom-up-attention features did.
+
+The detector's selection follows ``generate_tsv.py`` of bottom-up-attention (Anderson et al., CVPR
+2018; github peteanderson80/bottom-up-attention): the boxes are the detector's proposals (not the
+class-regressed boxes), each proposal gets the best score it keeps through a per-class NMS, and the
+proposals with that score >= 0.2 are kept, at least 10 and at most 100 per image. Its NMS IoU is
+py-faster-rcnn's ``TEST.NMS`` default, 0.3.
+"""
 import torch
+import torchvision
+from torchvision.ops import batched_nms
+from torchvision.transforms.functional import pil_to_tensor
 
 from common.errors import UserInputError
+from common.safe_load import load_tensors
 
-__all__ = ["grid_boxes"]
+__all__ = ["CONF_THRESH", "MAX_BOXES", "MIN_BOXES", "NMS_IOU", "DetectorBoxes", "grid_boxes", "select_regions"]
+
+# Bottom-up-attention's selection (module docstring).
+CONF_THRESH = 0.2
+NMS_IOU = 0.3
+MIN_BOXES = 10
+MAX_BOXES = 100
+# Keys of the class layer in torchvision's two-stage detectors; its rows give the number of classes.
+_CLS_SCORE = "roi_heads.box_predictor.cls_score.weight"
+# Mismatched keys named in an error, per kind.
+_SHOW_KEYS = 5
 
 
 def grid_boxes(width, height, rows, cols, whole_image=True, name="image"):
@@ -36,3 +58,103 @@ def grid_boxes(width, height, rows, cols, whole_image=True, name="image"):
     if whole_image:
         cells.insert(0, [0, 0, width - 1, height - 1])
     return torch.tensor(cells, dtype=torch.float32)
+
+
+def select_regions(boxes, probs, conf_thresh=CONF_THRESH, nms_iou=NMS_IOU, min_boxes=MIN_BOXES,
+                   max_boxes=MAX_BOXES):
+    """Bottom-up-attention's choice of regions among a detector's proposals.
+
+    Args:
+        boxes: float ``[P, 4]`` proposals ``(x1, y1, x2, y2)``.
+        probs: float ``[P, C]`` softmax class distribution of each proposal, column 0 background.
+        conf_thresh: smallest kept score; nms_iou: IoU of the per-class NMS;
+        min_boxes, max_boxes: bounds on the number kept (fewer when there are fewer proposals).
+    Returns:
+        int64 ``[K]`` indices into the proposals, best score first (ties in proposal order).
+    """
+    num, classes = probs.shape[0], probs.shape[1] - 1
+    if num == 0 or classes == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    scores = probs[:, 1:].reshape(-1)  # proposal-major: candidate i * classes + c
+    keep = batched_nms(boxes.float().repeat_interleave(classes, 0), scores.float(),
+                       torch.arange(classes, device=probs.device).repeat(num), nms_iou)
+    best = torch.zeros(num, dtype=scores.dtype, device=scores.device)
+    best.scatter_reduce_(0, keep // classes, scores[keep], reduce="amax")
+    count = min(max(int((best >= conf_thresh).sum()), min_boxes), max_boxes, num)
+    return torch.sort(best, descending=True, stable=True).indices[:count]
+
+
+class DetectorBoxes:
+    """A torchvision two-stage detector (Faster / Mask / Keypoint R-CNN) giving each image's regions
+    and their class distributions, as :func:`select_regions` chooses them.
+
+    The model is built with no weights (nothing is downloaded) and its weights read weights-only from
+    ``weights`` (a ``.pth`` state dict, a training checkpoint holding it under ``model``, or a
+    ``.safetensors`` file); the number of classes comes from the file. COCO weights are torchvision's
+    published files (``data/PREPARE_DATA.md``, "Features for your own images").
+
+    Args:
+        name: a torchvision detection model (``torchvision.models.list_models(torchvision.models.detection)``).
+        weights: the weights file.
+        device: torch device.
+        min_size, max_size: the detector's own resize (torchvision's defaults: 800, 1333).
+        conf_thresh, nms_iou, min_boxes, max_boxes: see :func:`select_regions`.
+    Raises:
+        UserInputError: an unknown or single-stage model name (lists the usable ones), or weights that do
+            not fit the model (names the missing, unexpected and wrongly shaped keys).
+        FileNotFoundError / common.safe_load.UnreadableFileError: no such file, or not a weights file.
+    """
+
+    def __init__(self, name, weights, device="cpu", min_size=800, max_size=1333, conf_thresh=CONF_THRESH,
+                 nms_iou=NMS_IOU, min_boxes=MIN_BOXES, max_boxes=MAX_BOXES):
+        usable = [n for n in torchvision.models.list_models(torchvision.models.detection) if "rcnn" in n]
+        if name not in usable:
+            raise UserInputError("--detector {}: not a torchvision two-stage detector (the class distribution per "
+                                 "region comes from its RoI head); use one of {}".format(name, ", ".join(usable)))
+        state = load_tensors(weights, "--detector-weights file")
+        if isinstance(state, dict) and isinstance(state.get("model"), dict):  # torchvision's training checkpoints
+            state = state["model"]
+        if not isinstance(state, dict) or _CLS_SCORE not in state:
+            raise UserInputError("--detector-weights {}: not a {} state dict (no '{}')".format(weights, name,
+                                                                                              _CLS_SCORE))
+        model = torchvision.models.get_model(name, weights=None, weights_backbone=None,
+                                             num_classes=state[_CLS_SCORE].shape[0], min_size=min_size,
+                                             max_size=max_size)
+        _check_state(model.state_dict(), state, weights, name)
+        model.load_state_dict(state)
+        self.model = model.eval().to(device)
+        self.device = device
+        self.num_classes = state[_CLS_SCORE].shape[0]
+        self.selection = dict(conf_thresh=conf_thresh, nms_iou=nms_iou, min_boxes=min_boxes, max_boxes=max_boxes)
+
+    @torch.no_grad()
+    def __call__(self, image):
+        """Regions of one ``PIL.Image``: (float32 ``[K, 4]`` boxes in pixels of the image, float32
+        ``[K, C]`` class distributions, column 0 background), best score first."""
+        pixels = pil_to_tensor(image).to(self.device, torch.float32) / 255.0
+        m = self.model
+        batch, _ = m.transform([pixels])
+        features = m.backbone(batch.tensors)
+        proposals = m.rpn(batch, features)[0]
+        pooled = m.roi_heads.box_head(m.roi_heads.box_roi_pool(features, proposals, batch.image_sizes))
+        probs = torch.softmax(m.roi_heads.box_predictor(pooled)[0].float(), -1)
+        # Proposals are in the resized image's pixels: back to the original's.
+        (h, w), (h0, w0) = batch.image_sizes[0], pixels.shape[1:]
+        boxes = proposals[0] * torch.tensor([w0 / w, h0 / h, w0 / w, h0 / h], device=self.device)
+        keep = select_regions(boxes, probs, **self.selection)
+        return boxes[keep].float().cpu(), probs[keep].cpu()
+
+
+def _check_state(expected, given, path, name):
+    """Raise UserInputError naming the keys of ``given`` that do not fit ``expected`` (state dicts)."""
+    missing = [k for k in expected if k not in given]
+    unexpected = [k for k in given if k not in expected]
+    shapes = ["{} {} (model: {})".format(k, tuple(given[k].shape), tuple(v.shape)) for k, v in expected.items()
+              if k in given and tuple(given[k].shape) != tuple(v.shape)]
+    problems = ["{} {} key(s): {}{}".format(len(keys), kind, ", ".join(keys[:_SHOW_KEYS]),
+                                            ", ..." if len(keys) > _SHOW_KEYS else "")
+                for kind, keys in (("missing", missing), ("unexpected", unexpected), ("wrongly shaped", shapes))
+                if keys]
+    if problems:
+        raise UserInputError("--detector-weights {}: does not fit torchvision's {}: {}".format(
+            path, name, "; ".join(problems)))

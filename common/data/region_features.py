@@ -7,7 +7,8 @@ a zip: ``features.zip@/folder/<image_id>.json``)::
     {"image_id": 9, "image_w": 640, "image_h": 480, "num_boxes": N,
      "boxes": base64(float32 [N, 4]), "features": base64(float32 [N, D]),
      "image_box_feature": base64(float32 [D])    # optional: the whole image as one box
-     ...}                                        # other keys ("classes", "attrs") are ignored
+     "classes": base64(float32 [N, C])           # optional: a detector's class distribution per box
+     ...}                                        # (pretraining reads it); others ("attrs") are ignored
 
 **Bottom-up-attention TSV** (Anderson et al., CVPR 2018, ``generate_tsv.py``): one image per line,
 tab-separated, no header, fields ``image_id image_w image_h num_boxes boxes features``, the arrays
@@ -35,8 +36,8 @@ from .loading import load_json
 from .storage import container, list_dir, read_bytes
 
 __all__ = ["TSV_FIELDNAMES", "FeatureFileError", "RegionFeatures", "decode_array", "encode_array",
-           "feature_json_path", "iter_feature_folder", "iter_tsv", "read_feature_json", "write_feature_json",
-           "write_tsv"]
+           "feature_json_path", "image_id_from_name", "iter_feature_folder", "iter_tsv", "read_feature_json",
+           "write_feature_json", "write_tsv"]
 
 TSV_FIELDNAMES = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
 # Largest csv field we accept (bytes of one base64 array); far above 100 boxes x 2048 floats.
@@ -57,6 +58,9 @@ class RegionFeatures:
         boxes: float32 ``[N, 4]`` ``(x1, y1, x2, y2)`` in pixels of the original image.
         features: float32 ``[N, D]``.
         image_box_feature: float32 ``[D]`` feature of the whole image, or None.
+        classes: float32 ``[N, C]`` class distribution of each box (a detector's, column 0 background), or
+            None; written to JSON files only (pretraining's MVRC targets read it there, the VQA and RefCOCO+
+            readers ignore it).
     """
     image_id: Union[int, str]
     image_w: int
@@ -64,6 +68,7 @@ class RegionFeatures:
     boxes: np.ndarray
     features: np.ndarray
     image_box_feature: Optional[np.ndarray] = None
+    classes: Optional[np.ndarray] = None
 
     @property
     def num_boxes(self):
@@ -153,6 +158,8 @@ def feature_json_dict(regions):
               "features": encode_array(regions.features)}
     if regions.image_box_feature is not None:
         record["image_box_feature"] = encode_array(regions.image_box_feature)
+    if regions.classes is not None:
+        record["classes"] = encode_array(regions.classes)
     return record
 
 
@@ -165,6 +172,14 @@ def write_feature_json(path, regions):
 def feature_json_path(folder, image_id):
     """``<folder>/<image_id>.json``, the reference's VQA naming (folder may be ``a.zip@/inner``)."""
     return "{}/{}.json".format(folder.rstrip("/"), image_id)
+
+
+def image_id_from_name(path):
+    """The image_id of an image file that has no other id: its name without folder and extension, an int
+    when all digits (``photos/cat.jpg`` -> ``'cat'``, ``000123.png`` -> ``123``), as bottom-up-attention
+    named its outputs; :func:`feature_json_path` then gives ``<folder>/cat.json``."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return int(stem) if stem.isdigit() else stem
 
 
 def iter_feature_folder(folder, feature_dim=None):
@@ -211,8 +226,8 @@ def iter_tsv(path, feature_dim=None):
 
 
 def write_tsv(path, items):
-    """Write RegionFeatures as a bottom-up-attention TSV file (``image_box_feature`` is not part of
-    the format and is dropped)."""
+    """Write RegionFeatures as a bottom-up-attention TSV file (``image_box_feature`` and ``classes`` are
+    not part of the format and are dropped)."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f, delimiter="\t")
         for r in items:

@@ -46,19 +46,22 @@ class ConceptualCaptionsDataset(Dataset):
             reference resized and flipped them there, without flipping the features).
         skips (SkipCounter): counts unreadable images; such a sample takes the next readable one's
             image, detections and caption.
+        num_classes (int): width of the MVRC targets (``NETWORK.VLBERT.visual_region_classes``); a
+            detector file's ``classes`` must have it when ``with_mvrc``, and without ``with_mvrc`` a file
+            may have no ``classes`` (boxes from a grid or a file) and gets all-zero targets of this width.
 
     Items (``dataset[key]``, key an int or a ``SampleKey``): ``image`` float ``(3, H, W)`` or None;
     ``boxes`` float ``(N, 4)`` pixels of the transformed image, or ``(N, 4 + 2048)`` with features;
     ``im_info`` float ``(5,)`` ``width, height, scale_x, scale_y, index``; ``text`` int64 ``(L,)``
     ``[CLS] caption [SEP]`` word pieces; ``relationship_label`` int64 ``()`` (1: the image's own
     caption, 0: another one's); ``mlm_labels`` int64 ``(L,)`` (-1: not predicted); ``mvrc_ops`` int64
-    ``(N,)`` (1: region replaced); ``mvrc_labels`` float ``(N, 1601)`` (zero rows: not predicted).
+    ``(N,)`` (1: region replaced); ``mvrc_labels`` float ``(N, num_classes)`` (zero rows: not predicted).
 
     Raises:
         common.data.skips.TooManySkipsError: unreadable images past the allowed share.
-        CaptionDataError / FileNotFoundError: a broken or missing detector file (no tolerance), or an
-            image whose decoded (EXIF-rotated) size is not the file's ``image_w`` / ``image_h`` with a
-            box beyond it.
+        CaptionDataError / FileNotFoundError: a broken or missing detector file (no tolerance), ``classes``
+            of another width than ``num_classes`` (names the file and the key to set), or an image whose
+            decoded (EXIF-rotated) size is not the file's ``image_w`` / ``image_h`` with a box beyond it.
     Warns:
         common.data.loading.ImageSizeWarning: decoded size unlike the detector file's, boxes within it.
     """
@@ -70,7 +73,8 @@ class ConceptualCaptionsDataset(Dataset):
     ignored_labels = {"relationship_label": -100, "mlm_labels": IGNORE, "mvrc_labels": 0.0}
 
     def __init__(self, records, tokenizer, seq_len=64, precomputed=False, mask_raw_pixels=True, with_rel=True,
-                 with_mlm=True, with_mvrc=True, add_image_as_a_box=True, transform=None, skips=None):
+                 with_mlm=True, with_mvrc=True, add_image_as_a_box=True, transform=None, skips=None,
+                 num_classes=1601):
         if not records:
             raise ValueError("the Conceptual Captions index has no caption")
         self.records = records
@@ -79,6 +83,7 @@ class ConceptualCaptionsDataset(Dataset):
         self.mask_raw_pixels = mask_raw_pixels
         self.with_rel = with_rel
         self.with_mvrc = with_mvrc
+        self.num_classes = num_classes
         self.add_image_as_a_box = add_image_as_a_box
         self.transform = transform
         self.masker = WholeWordMasker(tokenizer, word_prob=0.15 if with_mlm else 0.0)
@@ -107,7 +112,8 @@ class ConceptualCaptionsDataset(Dataset):
         return cls(records, build_tokenizer(net.BERT_MODEL_NAME), seq_len=d.SEQ_LEN,
                    precomputed=net.IMAGE_FEAT_PRECOMPUTED, mask_raw_pixels=net.MASK_RAW_PIXELS,
                    with_rel=net.WITH_REL_LOSS, with_mlm=net.WITH_MLM_LOSS, with_mvrc=net.WITH_MVRC_LOSS,
-                   add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX, transform=transform, skips=skips)
+                   add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX, transform=transform, skips=skips,
+                   num_classes=net.VLBERT.visual_region_classes)
 
     def __len__(self):
         return len(self.records)
@@ -128,11 +134,19 @@ class ConceptualCaptionsDataset(Dataset):
         index it was found at; image None when precomputed)."""
         index, image = self._readable(index)
         record = self.records[index]
-        det = load_detections(record.frcnn, with_features=self.precomputed)
+        det = load_detections(record.frcnn, with_features=self.precomputed, with_classes=self.with_mvrc)
+        self._check_class_width(det, "detector file '{}'".format(record.frcnn))
         if image is not None:
             check_image_size(record.image, image.size, (det.width, det.height), "detector file '{}'".format(
                 record.frcnn), det.boxes, error=CaptionDataError)
         return index, image, det, record.caption
+
+    def _check_class_width(self, det, where):
+        """With MVRC, the detector's ``classes`` must be as wide as the MVRC head (names ``where`` and the key)."""
+        if self.with_mvrc and det.cls_scores.shape[1] != self.num_classes:
+            raise CaptionDataError("{}: 'classes' has {} classes per region, the MVRC head {} "
+                                   "(NETWORK.VLBERT.visual_region_classes; 91 for torchvision's COCO detectors)"
+                                   .format(where, det.cls_scores.shape[1], self.num_classes))
 
     def _other_caption(self, index):
         """Caption tokens of sample ``index`` for a mismatched pair (None: unreadable, the pair stays matched)."""
@@ -163,11 +177,11 @@ class ConceptualCaptionsDataset(Dataset):
         clip_boxes_(boxes, im_info[0].item(), im_info[1].item())
 
         text, mlm_labels = self.masker.caption(self.masker.words(" ".join(caption)), generator)
-        num_classes = det.cls_scores.shape[1]
+        num_classes = self.num_classes
         if self.with_mvrc:
             ops, mvrc_labels = mask_regions(det.cls_scores, generator)
         else:
-            ops, mvrc_labels = torch.zeros(len(det.boxes), dtype=torch.int64), torch.zeros_like(det.cls_scores)
+            ops, mvrc_labels = torch.zeros(len(det.boxes), dtype=torch.int64), torch.zeros(len(det.boxes), num_classes)
         if self.precomputed:
             features = det.features
             if self.add_image_as_a_box:

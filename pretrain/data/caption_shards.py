@@ -65,8 +65,6 @@ class CaptionShardDataset(ConceptualCaptionsDataset):
         index (ShardIndex): the samples.
         tokenizer: ``BertTokenizer``.
         grid (tuple or None): ``(rows, cols)`` grid regions instead of the shard's detector output.
-        num_classes (int): columns of the (all-zero) class scores of grid regions
-            (``NETWORK.VLBERT.visual_region_classes``).
         shuffle_buffer (int): samples of the shuffle buffer of :meth:`epoch_order`.
         **kwargs: the other arguments of :class:`ConceptualCaptionsDataset` (``skips`` counts samples).
 
@@ -74,7 +72,7 @@ class CaptionShardDataset(ConceptualCaptionsDataset):
         UserInputError: grid regions with precomputed features or masked RoI classification.
     """
 
-    def __init__(self, index, tokenizer, grid=None, num_classes=1601, shuffle_buffer=1000, **kwargs):
+    def __init__(self, index, tokenizer, grid=None, shuffle_buffer=1000, **kwargs):
         kwargs.setdefault("skips", SkipCounter("sample", min_seen=min(MIN_IMAGES_FOR_SHARE, len(index))))
         super().__init__(index, tokenizer, **kwargs)
         if grid is not None and self.precomputed:
@@ -84,7 +82,6 @@ class CaptionShardDataset(ConceptualCaptionsDataset):
             raise UserInputError("DATASET.GRID_BOXES: grid regions have no detector classes to predict; set "
                                  "NETWORK.WITH_MVRC_LOSS false or use the shards' detector output")
         self.grid = grid
-        self.num_classes = num_classes
         self.shuffle_buffer = shuffle_buffer
         self._order = (None, None)
 
@@ -170,7 +167,8 @@ class CaptionShardDataset(ConceptualCaptionsDataset):
             raise CaptionDataError("{}: no detector output (a .json member with 'boxes'); set DATASET.GRID_BOXES "
                                    "for shards without boxes".format(index.name(j)))
         features = self._npy_features(j) if self.precomputed and index.has(j, "npy") else None
-        det = detections_from_json(meta, index.name(j, "json"), self.precomputed, features)
+        det = detections_from_json(meta, index.name(j, "json"), self.precomputed, features, with_classes=self.with_mvrc)
+        self._check_class_width(det, index.name(j, "json"))
         if image is not None:
             check_image_size(index.name(j, "image"), image.size, (det.width, det.height), index.name(j, "json"),
                              det.boxes, error=CaptionDataError)

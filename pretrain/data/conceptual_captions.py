@@ -51,7 +51,8 @@ read (joined to ``DATASET_PATH``, zip paths resolved), ``caption`` the list of c
 Detections = namedtuple("Detections", "boxes cls_scores features width height")
 Detections.__doc__ = """Decoded detector file, regions sorted by their highest class score, best
 first: ``boxes`` float32 ``(N, 4)`` ``x1, y1, x2, y2`` in pixels of the original image;
-``cls_scores`` float32 ``(N, C)`` class distribution (C = 1601, column 0 background);
+``cls_scores`` float32 ``(N, C)`` class distribution (C = 1601, column 0 background), or None when
+the file has none and none was asked for;
 ``features`` float32 ``(N, D)`` (D = 2048) or None when not asked for; ``width``, ``height``
 (int) the image size the boxes refer to."""
 
@@ -119,17 +120,18 @@ def decode_floats(text, rows, where):
     return torch.from_numpy(np.frombuffer(data, dtype=np.float32).reshape(rows, -1).copy())
 
 
-def load_detections(path, with_features=False):
+def load_detections(path, with_features=False, with_classes=True):
     """Read a detector file (plain, ``archive.zip@/inner`` or ``store.lmdb@/inner``); see :func:`detections_from_json`.
 
     Raises:
         FileNotFoundError: the file is missing.
         CaptionDataError: invalid JSON, or as :func:`detections_from_json`.
     """
-    return detections_from_json(load_json(path), "detector file '{}'".format(path), with_features)
+    return detections_from_json(load_json(path), "detector file '{}'".format(path), with_features,
+                                with_classes=with_classes)
 
 
-def detections_from_json(meta, where, with_features=False, features=None):
+def detections_from_json(meta, where, with_features=False, features=None, with_classes=True):
     """Decode the detector's JSON object of one image.
 
     Args:
@@ -138,22 +140,26 @@ def detections_from_json(meta, where, with_features=False, features=None):
         with_features (bool): also decode ``features`` (``NETWORK.IMAGE_FEAT_PRECOMPUTED``).
         features (tensor or None): float32 ``(num_boxes, D)`` features given apart (a shard's ``.npy``
             member), used instead of ``meta['features']``.
+        with_classes (bool): ``classes`` must be there (``NETWORK.WITH_MVRC_LOSS``); otherwise a file
+            without it (grid or given boxes, ``scripts/extract_features.py``) keeps its own region order.
     Returns:
         ``Detections``, regions sorted by their highest class score, best first (stable for
-        ties), as the reference orders them before keeping the first ``SEQ_LEN``.
+        ties), as the reference orders them before keeping the first ``SEQ_LEN``; without ``classes``
+        in file order, with ``cls_scores`` None.
     Raises:
         CaptionDataError: not an object, a missing field, ``num_boxes < 1``, a field that does not decode to
             ``num_boxes`` rows, boxes without 4 columns (names ``where`` and the field).
     """
     if not isinstance(meta, dict):
         raise CaptionDataError("{}: expected a JSON object, got {}".format(where, type(meta).__name__))
-    needed = ["num_boxes", "image_w", "image_h", "boxes", "classes"]
+    needed = ["num_boxes", "image_w", "image_h", "boxes"] + (["classes"] if with_classes else [])
     needed += ["features"] if with_features and features is None else []
     missing = [k for k in needed if k not in meta]
     if missing:
         raise CaptionDataError("{}: missing field(s) {}{}".format(
             where, ", ".join(missing), " (the precomputed-feature configs need 'features')"
-            if missing == ["features"] else ""))
+            if missing == ["features"] else " (masked-region classification, NETWORK.WITH_MVRC_LOSS, needs a "
+            "detector's 'classes'; boxes from a grid or a file have none)" if missing == ["classes"] else ""))
     rows = meta["num_boxes"]
     if not isinstance(rows, int) or rows < 1:
         raise CaptionDataError("{}: 'num_boxes' must be an int >= 1, got {!r}".format(where, rows))
@@ -161,14 +167,19 @@ def detections_from_json(meta, where, with_features=False, features=None):
     def field(key):
         return decode_floats(meta[key], rows, "{} field '{}'".format(where, key))
 
-    boxes, scores = field("boxes"), field("classes")
+    boxes = field("boxes")
     if boxes.shape[1] != 4:
         raise CaptionDataError("{}: 'boxes' has {} numbers per box, expected 4 (x1, y1, x2, y2)"
                                .format(where, boxes.shape[1]))
     if with_features and features is not None and len(features) != rows:
         raise CaptionDataError("{}: {} feature rows for {} boxes".format(where, len(features), rows))
-    order = torch.sort(scores.max(dim=1).values, descending=True, stable=True).indices
+    if "classes" in meta:
+        scores = field("classes")
+        order = torch.sort(scores.max(dim=1).values, descending=True, stable=True).indices
+        scores = scores[order]
+    else:
+        scores, order = None, torch.arange(rows)
     if with_features:
         features = (field("features") if features is None else features)[order]
-    return Detections(boxes[order], scores[order], features if with_features else None,
+    return Detections(boxes[order], scores, features if with_features else None,
                       int(meta["image_w"]), int(meta["image_h"]))

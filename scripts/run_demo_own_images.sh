@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# VQA on your own photos, start to end (walkthrough: data/PREPARE_DATA.md, "Your own photos and questions"):
+#   1. boxes and region features of every photo (scripts/extract_features.py --box-source grid|detector)
+#   2. the VQA v2-format files (scripts/own_vqa_data.py) and the answer vocabulary (scripts/build_vqa_answers.py)
+#   3. fine-tuning with NETWORK.PARTIAL_PRETRAIN (vqa/train_end2end.py)
+#   4. predictions for the test questions (vqa/test.py)
+#   5. attention maps: to come (see the marked step below)
+# Without PHOTOS and QA_JSON it runs on an example (scripts/own_images_example.py: the demo's photographs
+# and questions). Start it as scripts/run_demo.sh own [...], which sets up .venv and the MiniLM link that
+# the default config reads.
+#   usage: scripts/run_demo_own_images.sh [PHOTOS QA_JSON] [KEY VALUE ...]   (KEY VALUE: training --opts)
+# Environment (defaults in brackets):
+#   OUT [data/own_vqa]          data, features and the run's output folder
+#   CFG [cfgs/vqa/demo_cpu.yaml] VQA config (precomputed 2048-d features, DATASET.BOXES '36')
+#   BOX_SOURCE [grid]           grid (GRID [4x4]) or detector (DETECTOR_WEIGHTS, DETECTOR [fasterrcnn_resnet50_fpn_v2])
+#   RESNET_WEIGHTS              ResNet state dict of the features [a random ResNet-50, as the VQA demo: none
+#                               ships offline; use the reference's resnet101-pt-vgbua-0000.model with a paper config]
+#   PRETRAINED                  NETWORK.PARTIAL_PRETRAIN file [the pretraining demo's checkpoint when there is one
+#                               (cfgs/pretrain/demo_e2e_cpu.yaml, bench/pretrain_gain.py), else none]
+#   NPROC [2]                   training processes (1: no torch.distributed)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="$ROOT/.venv/bin/python"
+[ -x "$PY" ] || PY=python3
+OUT="${OUT:-data/own_vqa}"
+CFG="${CFG:-cfgs/vqa/demo_cpu.yaml}"
+BOX_SOURCE="${BOX_SOURCE:-grid}"
+NPROC="${NPROC:-2}"
+if [ $# -ge 2 ] && [ -e "$1" ]; then
+    PHOTOS=$1 QA=$2
+    shift 2
+else
+    "$PY" scripts/own_images_example.py --out "$OUT/example"
+    PHOTOS=$OUT/example/photos QA=$OUT/example/qa.json
+fi
+
+# 2 first (it checks the QA file against the photos and makes the feature folder), then 1 into that folder.
+FEATURES="$("$PY" -c 'import sys; sys.path.insert(0, "."); from vqa.data.vqa import FEATURE_FOLDERS, PRECOMPUTED_ROOT
+print(sys.argv[1] + "/" + PRECOMPUTED_ROOT + "/" + FEATURE_FOLDERS["36"][0])' "$OUT")"
+"$PY" scripts/own_vqa_data.py --images "$PHOTOS" --qa "$QA" --out "$OUT"
+ANSWERS=$OUT/vqa/answers_vqa.txt
+"$PY" scripts/build_vqa_answers.py --annotations "$OUT/vqa/v2_mscoco_train2014_annotations.json" --min-count 1 \
+    --out "$ANSWERS"
+
+# Step 1: boxes and features.
+if [ -z "${RESNET_WEIGHTS:-}" ]; then
+    "$PY" -c "import runpy, sys; runpy.run_path('bench/smoke_paper_config.py')['random_resnet_file'](sys.argv[1], 50)" \
+        "$OUT/resnet50-random"
+    RESNET_WEIGHTS=$OUT/resnet50-random-0000.model
+fi
+case "$BOX_SOURCE" in
+    grid) BOXES=(--box-source grid --grid "${GRID:-4x4}") ;;
+    detector) : "${DETECTOR_WEIGHTS:?BOX_SOURCE=detector needs DETECTOR_WEIGHTS (data/PREPARE_DATA.md)}"
+              BOXES=(--box-source detector --detector "${DETECTOR:-fasterrcnn_resnet50_fpn_v2}"
+                     --detector-weights "$DETECTOR_WEIGHTS") ;;
+    *) echo "error: BOX_SOURCE must be grid or detector, got '$BOX_SOURCE'" >&2; exit 2 ;;
+esac
+"$PY" scripts/extract_features.py "${BOXES[@]}" --image-root "$PHOTOS" --out "$FEATURES" --cfg "$CFG" \
+    --weights "$RESNET_WEIGHTS"
+
+# Step 3: fine-tuning from a pretraining checkpoint. Its image projection (obj_downsample) was made for other
+# image features (the pretraining demo's ResNet-18): renamed away, it stays at its initial value here.
+if [ -z "${PRETRAINED:-}" ]; then
+    PRETRAINED="$(ls -t output/pretrain/vl-bert/demo_e2e_cpu/train_train/*-best.model 2>/dev/null | head -1 || true)"
+fi
+[ -n "$PRETRAINED" ] ||
+    echo "note: no PRETRAINED checkpoint (and no pretraining demo run): fine-tuning from the language model alone"
+DOWNSAMPLE=image_feature_extractor.obj_downsample
+RENAMES="[\"$DOWNSAMPLE->pretrain_only.obj_downsample\", \"module.$DOWNSAMPLE->pretrain_only.obj_downsample\"]"
+OPTS=(DATASET.DATASET_PATH "$OUT" DATASET.ANSWER_VOCAB_FILE "$ANSWERS"
+      DATASET.ANSWER_VOCAB_SIZE "$(grep -c . "$ANSWERS")" DATASET.BOXES 36
+      NETWORK.PARTIAL_PRETRAIN "$PRETRAINED" NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES "$RENAMES" "$@")
+if [ "$NPROC" -eq 1 ]; then
+    ./scripts/nondist_run.sh vqa/train_end2end.py "$CFG" "$OUT" --opts "${OPTS[@]}"
+else
+    [ "$("$PY" -c 'import torch; print(torch.cuda.device_count())')" -gt 0 ] || export CUDA_VISIBLE_DEVICES=""
+    ./scripts/dist_run_single.sh "$NPROC" vqa/train_end2end.py "$CFG" "$OUT" --opts "${OPTS[@]}"
+fi
+
+# Step 4: predictions for the test questions, from the run's effective config and best checkpoint.
+RUN="$(dirname "$(ls -t "$OUT"/output/*/*/"$(basename "$CFG" .yaml)"/*/config.yaml | head -1)")"
+CKPT="$(ls "$RUN"/*-best.model)"
+"$PY" vqa/test.py --cfg "$RUN/config.yaml" --ckpt "$CKPT" --result-path "$RUN/test_result" --result-name own
+
+# Step 5: attention maps. >>> TO BE WIRED: pretrain/vis_attention_maps.py (being written) on $RUN/config.yaml
+# and $CKPT, for the photos in $PHOTOS. <<<
+
+cat <<MSG
+
+Own-images VQA done.
+  data:         $OUT/vqa/ (questions, annotations, answers_vqa.txt), features in $FEATURES
+  checkpoints:  $RUN/*.model
+  predictions:  $RUN/test_result/own_vqa2_test2015.json ({"question_id", "answer"} per test question)
+  log + config: $RUN/*.log, $RUN/config.yaml
+MSG
