@@ -214,7 +214,7 @@ def test_grid_regions_without_detector_output_and_npy_features(tmp_path):
         CaptionShardDataset(index, tok, grid=(2, 3))
     with pytest.raises(UserInputError, match="NETWORK.IMAGE_FEAT_PRECOMPUTED"):
         CaptionShardDataset(index, tok, grid=(2, 3), precomputed=True, with_mvrc=False)
-    boxes = CaptionShardDataset(index, tok, precomputed=True)[SampleKey(0, 0, 0)][1]
+    boxes = CaptionShardDataset(index, tok, precomputed=True, num_classes=2)[SampleKey(0, 0, 0)][1]
     assert torch.equal(boxes[1:, 4:], torch.from_numpy(feats[[1, 0]]))  # regions by best class score
 
 
