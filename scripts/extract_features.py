@@ -30,7 +30,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from common.cli import run_main  # noqa: E402
-from common.data.loading import load_image, load_json  # noqa: E402
+from common.data.box_sources import read_box_list  # noqa: E402
+from common.data.loading import load_image  # noqa: E402
 from common.data.region_features import (RegionFeatures, feature_json_path, write_feature_json,  # noqa: E402
                                          write_tsv)
 from common.data.transforms import build_transforms  # noqa: E402
@@ -54,33 +55,6 @@ def parse_args(argv=None):
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides as KEY VALUE pairs")
     return parser.parse_args(argv)
-
-
-def read_box_list(path):
-    """The entries of a boxes file, each with a float32 ``[N, 4]`` tensor under ``boxes``.
-
-    Raises:
-        UserInputError: not a list of ``{image_id, image, boxes}``, or a box row with fewer than 4
-            numbers (names the file and the entry).
-    """
-    entries = load_json(path)
-    if not isinstance(entries, list):
-        raise UserInputError("{}: expected a JSON list of {{\"image_id\", \"image\", \"boxes\"}}".format(path))
-    out = []
-    for i, e in enumerate(entries):
-        if not (isinstance(e, dict) and {"image_id", "image", "boxes"} <= e.keys()):
-            raise UserInputError("{}: entry {} needs 'image_id', 'image' and 'boxes'".format(path, i))
-        rows = e["boxes"]
-        if not (isinstance(rows, list) and all(isinstance(r, list) and len(r) >= 4 for r in rows)):
-            raise UserInputError("{}: image_id {}: 'boxes' must be a list of [x1, y1, x2, y2] rows".format(
-                path, e["image_id"]))
-        try:
-            boxes = torch.tensor([r[:4] for r in rows], dtype=torch.float32).reshape(-1, 4)
-        except (TypeError, ValueError):
-            raise UserInputError("{}: image_id {}: box coordinates must be numbers".format(
-                path, e["image_id"])) from None
-        out.append(dict(e, boxes=boxes))
-    return out
 
 
 def build_extractor(args):

@@ -5,6 +5,8 @@
 #   usage: scripts/run_demo.sh [extra train_end2end.py args, e.g. --opts TRAIN.END_EPOCH 2]
 #          scripts/run_demo.sh vqa [extra args]   the VQA v2 demo instead (scripts/run_demo_vqa.sh)
 #          scripts/run_demo.sh cls [extra args]   the tiny-ViT image-classification demo (scripts/run_demo_cls.sh)
+#          scripts/run_demo.sh attention [extra args]   attention maps of the VCR demo checkpoint on the demo
+#                                                       photographs (scripts/run_demo_attention.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -24,6 +26,10 @@ fi
 if [ "${1:-}" = cls ]; then
     shift
     exec "$ROOT/scripts/run_demo_cls.sh" "$@"
+fi
+if [ "${1:-}" = attention ]; then
+    shift
+    exec "$ROOT/scripts/run_demo_attention.sh" "$@"
 fi
 
 # (Re)write the data when it is missing or was written by another version of the generator.

@@ -1,9 +1,11 @@
-"""Boxes for images that come without any: a regular grid (no detector needed)."""
+"""Boxes for images that come without any: a regular grid (no detector needed), or a boxes file."""
 import torch
 
 from common.errors import UserInputError
 
-__all__ = ["grid_boxes"]
+from .loading import load_json
+
+__all__ = ["grid_boxes", "read_box_list"]
 
 
 def grid_boxes(width, height, rows, cols, whole_image=True, name="image"):
@@ -36,3 +38,30 @@ def grid_boxes(width, height, rows, cols, whole_image=True, name="image"):
     if whole_image:
         cells.insert(0, [0, 0, width - 1, height - 1])
     return torch.tensor(cells, dtype=torch.float32)
+
+
+def read_box_list(path):
+    """The entries of a boxes file, each with a float32 ``[N, 4]`` tensor under ``boxes``.
+
+    Raises:
+        UserInputError: not a list of ``{image_id, image, boxes}``, or a box row with fewer than 4
+            numbers (names the file and the entry).
+    """
+    entries = load_json(path)
+    if not isinstance(entries, list):
+        raise UserInputError("{}: expected a JSON list of {{\"image_id\", \"image\", \"boxes\"}}".format(path))
+    out = []
+    for i, e in enumerate(entries):
+        if not (isinstance(e, dict) and {"image_id", "image", "boxes"} <= e.keys()):
+            raise UserInputError("{}: entry {} needs 'image_id', 'image' and 'boxes'".format(path, i))
+        rows = e["boxes"]
+        if not (isinstance(rows, list) and all(isinstance(r, list) and len(r) >= 4 for r in rows)):
+            raise UserInputError("{}: image_id {}: 'boxes' must be a list of [x1, y1, x2, y2] rows".format(
+                path, e["image_id"]))
+        try:
+            boxes = torch.tensor([r[:4] for r in rows], dtype=torch.float32).reshape(-1, 4)
+        except (TypeError, ValueError):
+            raise UserInputError("{}: image_id {}: box coordinates must be numbers".format(
+                path, e["image_id"])) from None
+        out.append(dict(e, boxes=boxes))
+    return out

@@ -1,11 +1,13 @@
-"""Pretraining data: importing this package registers the 'conceptual_captions' and 'general_corpus'
-data sets with ``common.data.build``."""
+"""Pretraining data: importing this package registers the 'conceptual_captions', 'general_corpus' and
+'coco_captions' data sets with ``common.data.build``."""
 from common.data.build import register_dataset
 
 from .caption_dataset import ConceptualCaptionsDataset
+from .coco_captions import CaptionAttentionDataset
 from .general_corpus import GeneralCorpus
 
 register_dataset("conceptual_captions", ConceptualCaptionsDataset)
 register_dataset("general_corpus", GeneralCorpus)
+register_dataset("coco_captions", CaptionAttentionDataset)
 
-__all__ = ["ConceptualCaptionsDataset", "GeneralCorpus"]
+__all__ = ["CaptionAttentionDataset", "ConceptualCaptionsDataset", "GeneralCorpus"]
