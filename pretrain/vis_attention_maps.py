@@ -2,7 +2,7 @@
 
     python pretrain/vis_attention_maps.py --cfg cfgs/pretrain/vis_attention_maps_coco.yaml --ckpt CKPT \
         [--out DIR] [--images FOLDER --captions FILE] [--box-source coco|grid|file|features] [--box-file PATH] \
-        [--grid 3x3] [--max-items N] [--opts KEY VALUE ...]
+        [--grid 3x3] [--max-items N] [--raw-only] [--opts KEY VALUE ...]
 
 Items: the config's ``coco_captions`` split ``DATASET.VAL_IMAGE_SET`` (boxes: its COCO instances), or with
 ``--images --captions`` a folder of images and a JSON list of ``{"image", "caption"}`` (boxes: a grid); box
@@ -24,17 +24,11 @@ import torch
 
 from common.cli import output_folder, run_main
 from common.data.collate import BatchCollator, canvas_scales
-from common.data.tokenizer import build_tokenizer
-from common.data.transforms import build_transforms
 from common.errors import UserInputError
-from common.modeling.module import held_random_init_warnings
-from common.partial_pretrain import load_vlbert_backbone
-from pretrain.data.coco_captions import (BOX_SOURCES, CaptionAttentionDataset, UnreadableImageError, attach_boxes,
-                                         read_caption_list, read_coco_captions)
+from pretrain.data.coco_captions import BOX_SOURCES, UnreadableImageError
 from pretrain.function.attention_maps import write_maps, write_raw
+from pretrain.function.vis import build_items, build_model
 from pretrain.task import TASK
-
-MODULE = "ResNetVLBERTForAttentionVis"
 
 
 def parse_args(argv=None):
@@ -49,58 +43,10 @@ def parse_args(argv=None):
     parser.add_argument("--box-file", help="boxes JSON (file) or folder of <image_id>.json feature files (features)")
     parser.add_argument("--grid", default="3x3", help="ROWSxCOLS of the grid box source")
     parser.add_argument("--max-items", type=int, default=0, help="stop after this many items (0: all)")
+    parser.add_argument("--raw-only", action="store_true", help="write the .npy and .json files, no PNG maps "
+                        "(drawing takes about a second per figure on a CPU)")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides as KEY VALUE pairs")
     return parser.parse_args(argv)
-
-
-def parse_grid(text):
-    """``'3x4'`` -> (3, 4); UserInputError otherwise."""
-    try:
-        rows, cols = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise UserInputError("--grid: expected ROWSxCOLS such as 3x3, got '{}'".format(text)) from None
-    return rows, cols
-
-
-def build_items(args, cfg):
-    """The :class:`CaptionAttentionDataset` the arguments select (see the module docstring)."""
-    d = cfg.DATASET
-    if bool(args.images) != bool(args.captions):
-        raise UserInputError("--images and --captions go together (a folder and its captions JSON)")
-    if args.images:
-        items = read_caption_list(args.images, args.captions)
-        source = args.box_source or "grid"
-    else:
-        if d.DATASET != "coco_captions":
-            raise UserInputError("{}: DATASET.DATASET is '{}'; attention maps read coco_captions, or your images "
-                                 "with --images --captions".format(args.cfg, d.DATASET))
-        source = args.box_source or "coco"
-        items = read_coco_captions(d.DATASET_PATH, d.VAL_IMAGE_SET, d.ZIP_MODE, instance_boxes=source == "coco")
-    attach_boxes(items, source, args.box_file)
-    if args.max_items > 0:
-        items = items[:args.max_items]
-    return CaptionAttentionDataset(items, build_tokenizer(cfg.NETWORK.BERT_MODEL_NAME), seq_len=d.SEQ_LEN,
-                                   add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX, grid=parse_grid(args.grid),
-                                   transform=build_transforms(cfg, "val"))
-
-
-def build_model(cfg, ckpt):
-    """The attention model with the checkpoint's VL-BERT and image encoder, fp32, eval mode, on the CPU or GPU."""
-    if cfg.MODULE != MODULE:
-        raise UserInputError("MODULE is '{}'; attention maps need {}".format(cfg.MODULE, MODULE))
-    TASK.check_config(cfg)
-    with held_random_init_warnings():  # the checkpoint sets the weights that matter; its report says which
-        model = TASK.build_model(cfg)
-    report = load_vlbert_backbone(model, ckpt, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES)
-    counts = {}
-    for k in report.loaded:
-        counts[k.split(".")[0]] = counts.get(k.split(".")[0], 0) + 1
-    ignored = sorted({k.split(".")[0] + (".*" if "." in k else "") for k in report.unmatched})
-    print("{}: loaded {} keys ({}); ignored {} keys of the file ({})".format(
-        ckpt, len(report.loaded), ", ".join("{}.* {}".format(p, n) for p, n in sorted(counts.items())),
-        len(report.unmatched), ", ".join(ignored) or "none"))
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    return model.float().to(device).eval(), device
 
 
 def main(argv=None):
@@ -112,7 +58,7 @@ def main(argv=None):
     if not os.path.isfile(ckpt):
         raise UserInputError("checkpoint '{}' not found (--ckpt)".format(ckpt))
     out = args.out or output_folder(cfg, args.cfg, cfg.DATASET.VAL_IMAGE_SET + "_attention")
-    dataset = build_items(args, cfg)
+    dataset = build_items(cfg, args.images, args.captions, args.box_source, args.box_file, args.grid, args.max_items)
     model, device = build_model(cfg, ckpt)
     collate = BatchCollator(dataset.data_names, scales=canvas_scales(cfg))
     written = skipped = 0
@@ -132,7 +78,8 @@ def main(argv=None):
                   "image_size": list(info["image"].size), "checkpoint": ckpt, "tokens": info["tokens"] + ["[END]"],
                   "text": list(text), "regions": list(regions), "boxes": info["boxes"].tolist()}
         write_raw(out, item.image_id, probs, record)
-        write_maps(out, item.image_id, probs, record["tokens"], text, regions, info["image"], info["boxes"])
+        if not args.raw_only:
+            write_maps(out, item.image_id, probs, record["tokens"], text, regions, info["image"], info["boxes"])
         written += 1
     print("{}: attention maps of {} item(s); {} skipped (image missing or not decodable) of {}".format(
         out, written, skipped, len(dataset)))
