@@ -162,7 +162,7 @@ def test_saved_probabilities_are_softmax_of_the_models_queries_and_keys(inputs, 
     batch = BatchCollator(dataset.data_names, scales=canvas_scales(cfg))([dataset.load(0)[0]])
     seen = {}
     attention = model.vlbert.encoder.layer[1].attention.self
-    handle = attention.register_forward_hook(lambda m, args, out: seen.setdefault("h", args[0]))
+    handle = attention.register_forward_hook(lambda m, args, out: seen.update(h=args[0]))
     with torch.no_grad():
         model(*batch)
         handle.remove()

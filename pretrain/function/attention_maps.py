@@ -91,7 +91,8 @@ def _save(fig, path):
 
 
 def layer_figure(path, title, thumb, boxes, matrices, row_labels, col_labels):
-    """One layer: the image with numbered boxes, then a heat map per head (``matrices`` [heads, rows, cols])."""
+    """One layer: the image with numbered boxes, then a heat map per head (``matrices`` [heads, rows, cols]),
+    all heads on one colour scale (from 0 to the layer's largest value)."""
     heads = len(matrices)
     columns = min(HEAD_COLUMNS, heads + 1)
     size = (max(3.0, 0.28 * len(col_labels) + 1.2), max(2.5, 0.22 * len(row_labels) + 1.0))
@@ -100,15 +101,15 @@ def layer_figure(path, title, thumb, boxes, matrices, row_labels, col_labels):
     _outline(axes[0], boxes, numbers=True, color="yellow")
     axes[0].set_title("regions", fontsize=9)
     axes[0].axis("off")
+    vmax = float(matrices.max()) or 1.0
     for h, ax in enumerate(axes[1:heads + 1]):
-        im = ax.imshow(matrices[h], cmap="viridis", vmin=0.0, aspect="auto", interpolation="nearest")
+        ax.imshow(matrices[h], cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
         ax.set_title("head {}".format(h), fontsize=9)
         ax.set_xticks(range(len(col_labels)))
         ax.set_xticklabels(col_labels, rotation=90, fontsize=6)
         ax.set_yticks(range(len(row_labels)))
         ax.set_yticklabels(row_labels, fontsize=6)
-        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=6)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle("{} (colour scale 0 to {:.3f})".format(title, vmax), fontsize=10)
     return _save(fig, path)
 
 
