@@ -110,11 +110,11 @@ def load_partial_pretrain(model, path, prefix_changes=(), renames=None):
 # A VCR model runs its VL-BERT per answer choice inside TimeDistributed: its keys read vlbert._module.*.
 BACKBONE_PREFIX_CHANGES = ("module.vlbert._module.->vlbert.", "vlbert._module.->vlbert.")
 # VL-BERT parts that attention does not depend on: the pretraining heads and the pooler.
-_NOT_BACKBONE = ("vlbert.mlm_head.", "vlbert.mvrc_head.", "vlbert.relationsip_head.", "vlbert.pooler.")
+NOT_BACKBONE_PREFIXES = ("vlbert.mlm_head.", "vlbert.mvrc_head.", "vlbert.relationsip_head.", "vlbert.pooler.")
 
 
 def _is_backbone(key):
-    return key.startswith("vlbert.") and not key.startswith(_NOT_BACKBONE)
+    return key.startswith("vlbert.") and not key.startswith(NOT_BACKBONE_PREFIXES)
 
 
 def _by_prefix(keys):

@@ -14,7 +14,7 @@ Files per item (``<out>/``; ``ID`` = the image id):
   (columns), or of the regions over the text tokens.
 - ``maps/ID/summary_word_to_region.png``, ``summary_region_to_word.png``: averaged over layers and heads, one
   panel per caption word: the image with each region painted with the word's attention to it (or its attention
-  to the word; where regions overlap, the larger value shows), boxes outlined.
+  to the word; where regions overlap, the smaller region shows), boxes outlined.
 """
 import json
 import math
@@ -67,9 +67,10 @@ def _outline(ax, boxes, numbers=False, color="white"):
 
 
 def _painted(shape, boxes, values):
-    """[h, w] map: each box's area painted with its value, larger values on top."""
+    """[h, w] map: each box's area painted with its value, smaller boxes on top (so every box shows)."""
     heat = np.zeros(shape[:2])
-    for k in np.argsort(values, kind="stable"):
+    areas = (boxes[:, 2] - boxes[:, 0] + 1) * (boxes[:, 3] - boxes[:, 1] + 1)
+    for k in np.argsort(-areas, kind="stable"):
         x1, y1, x2, y2 = (int(round(v)) for v in boxes[k])
         heat[y1:y2 + 1, x1:x2 + 1] = values[k]
     return heat
@@ -84,7 +85,7 @@ def _grid(panels, columns, panel_size):
 
 
 def _save(fig, path):
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97))  # room for the title
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
@@ -121,10 +122,11 @@ def summary_figure(path, title, thumb, boxes, values, words):
     vmax = float(values.max()) or 1.0
     for ax, word, row in zip(axes, words, values):
         ax.imshow(thumb)
-        ax.imshow(_painted(thumb.shape, boxes, row), cmap="inferno", alpha=0.6, vmin=0.0, vmax=vmax)
+        heat = ax.imshow(_painted(thumb.shape, boxes, row), cmap="inferno", alpha=0.6, vmin=0.0, vmax=vmax)
         _outline(ax, boxes)
         ax.set_title(word, fontsize=9)
         ax.axis("off")
+    fig.colorbar(heat, ax=axes[:len(words)], fraction=0.02, pad=0.01)
     fig.suptitle("{} (colour scale 0 to {:.3f})".format(title, vmax), fontsize=10)
     return _save(fig, path)
 

@@ -5,7 +5,7 @@ from common.data.tokenizer import build_tokenizer
 from common.data.transforms import build_transforms
 from common.errors import UserInputError
 from common.modeling.module import held_random_init_warnings
-from common.partial_pretrain import load_vlbert_backbone
+from common.partial_pretrain import NOT_BACKBONE_PREFIXES, load_vlbert_backbone
 from pretrain.data.coco_captions import CaptionAttentionDataset, attach_boxes, read_caption_list, read_coco_captions
 from pretrain.task import TASK
 
@@ -54,6 +54,12 @@ def build_items(cfg, images=None, captions=None, box_source=None, box_file=None,
                                    transform=build_transforms(cfg, "val"))
 
 
+def _group(key):
+    """What a key belongs to, for the load summary: ``vlbert``, ``vlbert.pooler`` (a head), ``final_mlp``, ..."""
+    parts = key.split(".")
+    return ".".join(parts[:2]) if key.startswith(NOT_BACKBONE_PREFIXES) else parts[0]
+
+
 def build_model(cfg, ckpt):
     """The attention model with the checkpoint's VL-BERT and image encoder, fp32, eval mode, on the CPU or GPU."""
     if cfg.MODULE != MODULE:
@@ -64,10 +70,9 @@ def build_model(cfg, ckpt):
     report = load_vlbert_backbone(model, ckpt, cfg.NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES)
     counts = {}
     for k in report.loaded:
-        counts[k.split(".")[0]] = counts.get(k.split(".")[0], 0) + 1
-    ignored = sorted({k.split(".")[0] + (".*" if "." in k else "") for k in report.unmatched})
+        counts[_group(k)] = counts.get(_group(k), 0) + 1
     print("{}: loaded {} keys ({}); ignored {} keys of the file ({})".format(
         ckpt, len(report.loaded), ", ".join("{}.* {}".format(p, n) for p, n in sorted(counts.items())),
-        len(report.unmatched), ", ".join(ignored) or "none"))
+        len(report.unmatched), ", ".join(sorted({_group(k) + ".*" for k in report.unmatched})) or "none"))
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     return model.float().to(device).eval(), device
