@@ -84,8 +84,12 @@ def _grid(panels, columns, panel_size):
     return fig, list(axes.flat)
 
 
-def _save(fig, path):
-    fig.tight_layout(rect=(0, 0, 1, 0.97))  # room for the title
+def _save(fig, path, colour_bar=None):
+    """Lay out (room for the title, and for ``colour_bar``, an image of the figure, on the right), write, close."""
+    fig.tight_layout(rect=(0, 0, 1.0, 0.97))
+    if colour_bar:
+        fig.subplots_adjust(right=0.92)
+        fig.colorbar(colour_bar, cax=fig.add_axes((0.94, 0.1, 0.015, 0.8)))
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
@@ -126,9 +130,8 @@ def summary_figure(path, title, thumb, boxes, values, words):
         _outline(ax, boxes)
         ax.set_title(word, fontsize=9)
         ax.axis("off")
-    fig.colorbar(heat, ax=axes[:len(words)], fraction=0.02, pad=0.01)
     fig.suptitle("{} (colour scale 0 to {:.3f})".format(title, vmax), fontsize=10)
-    return _save(fig, path)
+    return _save(fig, path, colour_bar=heat)
 
 
 def write_maps(out, image_id, probs, tokens, text, regions, image, boxes):
