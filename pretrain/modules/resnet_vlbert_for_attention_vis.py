@@ -14,7 +14,7 @@ class ResNetVLBERTForAttentionVis(ResNetVLBERTForPretrainingMultitask):
     reference, so a pretraining checkpoint loads by name); the heads of the ``NETWORK.WITH_*_LOSS`` switches
     (all off in ``cfgs/pretrain/vis_attention_maps_coco.yaml``) are built but not run.
 
-    Batch (``pretrain.data.attention_items`` ``data_names``): ``image`` [B, 3, H, W] float; ``boxes`` [B, N, 4]
+    Batch (``pretrain.data.coco_captions.CaptionAttentionDataset`` ``data_names``): ``image`` [B, 3, H, W] float; ``boxes`` [B, N, 4]
     float pixels of the transformed image (padded rows -1); ``im_info`` [B, 5] float; ``text`` [B, Lt] long
     ``[CLS] caption [SEP]`` word ids (0 = padding). No region is masked; every text token takes the feature
     of region 0 as its visual clue (the whole image with ``DATASET.ADD_IMAGE_AS_A_BOX``), as in pretraining.
