@@ -226,3 +226,25 @@ def test_bad_inputs_stop_with_one_error_naming_the_file(inputs, tmp_path, capsys
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("error: ") and named in error, error
     assert not os.path.exists(tmp_path / "out" / "attention_probs")
+
+
+def test_boxes_from_extract_features_files(inputs, tmp_path):
+    """The 'features' box source reads the boxes of scripts/extract_features.py's per-image JSON files."""
+    from common.data.region_features import RegionFeatures, feature_json_path, write_feature_json
+
+    folder = tmp_path / "features"
+    folder.mkdir()
+    boxes = np.array([[2, 3, 20, 25], [10, 0, 39, 31]], dtype=np.float32)
+    write_feature_json(feature_json_path(str(folder), "one"), RegionFeatures(
+        image_id="one", image_w=40, image_h=32, boxes=boxes, features=np.zeros((2, 8), np.float32)))
+    with open(tmp_path / "captions.json", "w") as f:
+        json.dump([{"image": "one.jpg", "caption": "a cat"}], f)
+    assert run(inputs, tmp_path / "out", inputs["pretrain"], "--images", inputs["photos"], "--captions",
+               str(tmp_path / "captions.json"), "--box-source", "features", "--box-file", str(folder),
+               "--raw-only") == 0
+    with open(tmp_path / "out" / "attention_probs" / "one.json") as f:
+        record = json.load(f)
+    assert record["boxes"] == [[0, 0, 39, 31]] + boxes.tolist()
+    tokens = 4 + 3 + 1  # [CLS] a cat [SEP], the whole image and 2 boxes, [END]
+    assert record["tokens"][4:] == ["[IMAGE]", "[REGION 0]", "[REGION 1]", "[END]"]
+    assert np.load(tmp_path / "out" / "attention_probs" / "one.npy").shape == (LAYERS, HEADS, tokens, tokens)
