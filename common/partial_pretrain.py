@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import List
 
 from common.checkpoint import CheckpointError, load_checkpoint_file, match_key
+from common.errors import UserInputError
 
 logger = logging.getLogger("vlbert.checkpoint")  # the checkpoint logger: its lines go to the run's log file
 
@@ -103,4 +104,60 @@ def load_partial_pretrain(model, path, prefix_changes=(), renames=None):
     logger.info("[Partial Load] loaded keys: %s", report.loaded)
     logger.info("[Partial Load] non matched keys: %s", report.unmatched)
     logger.info("[Partial Load] non pretrain keys (left at init): %s", report.not_loaded)
+    return report
+
+
+# A VCR model runs its VL-BERT per answer choice inside TimeDistributed: its keys read vlbert._module.*.
+BACKBONE_PREFIX_CHANGES = ("module.vlbert._module.->vlbert.", "vlbert._module.->vlbert.")
+# VL-BERT parts that attention does not depend on: the pretraining heads and the pooler.
+NOT_BACKBONE_PREFIXES = ("vlbert.mlm_head.", "vlbert.mvrc_head.", "vlbert.relationsip_head.", "vlbert.pooler.")
+
+
+def _is_backbone(key):
+    return key.startswith("vlbert.") and not key.startswith(NOT_BACKBONE_PREFIXES)
+
+
+def _by_prefix(keys):
+    """``{'vlbert': 40, 'final_mlp': 2}``: how many keys under each first name."""
+    counts = {}
+    for k in keys:
+        counts[k.split(".")[0]] = counts.get(k.split(".")[0], 0) + 1
+    return counts
+
+
+def load_vlbert_backbone(model, path, prefix_changes=()):
+    """Copy the VL-BERT and image-encoder weights of any VL-BERT task's checkpoint into ``model``.
+
+    Pretraining, VCR (``vlbert._module.*``, renamed by :data:`BACKBONE_PREFIX_CHANGES`), VQA and RefCOCO+
+    checkpoints share the names ``vlbert.*`` (embeddings, encoder), ``image_feature_extractor.*`` and
+    ``object_linguistic_embeddings.*``; task heads (``final_mlp.*``, the pretraining heads, the pooler) have no
+    place in ``model`` and are ignored. Loaded through :func:`load_partial_pretrain` (``prefix_changes``, e.g.
+    NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES, apply first).
+
+    Args:
+        model: a model whose VL-BERT is ``model.vlbert`` (e.g. ``ResNetVLBERTForAttentionVis``).
+        path: the checkpoint (a dict with ``state_dict``, fp16 or fp32, ``module.`` keys or not).
+    Returns:
+        PartialLoadReport; image-encoder keys the file lacks keep their initial weights (logged as a warning).
+    Raises:
+        UserInputError: the file has no VL-BERT weights; or its VL-BERT differs from the config's (model keys it
+            lacks, or keys the model lacks: another depth, ``word_embedding_frozen``, ``visual_size``, ...), named
+            with the file.
+        common.checkpoint.CheckpointError: unreadable file, or a key of another shape (names both shapes).
+    """
+    report = load_partial_pretrain(model, path, tuple(prefix_changes) + BACKBONE_PREFIX_CHANGES)
+    wanted = [k for k in model.state_dict() if _is_backbone(k)]
+    missing = [k for k in wanted if k not in report.loaded]
+    if len(missing) == len(wanted):
+        raise UserInputError("{}: no VL-BERT weights (keys vlbert.*, or vlbert._module.* of a VCR checkpoint); the "
+                             "file's keys start with {}".format(path, _by_prefix(report.unmatched)))
+    extra = [k for k in report.unmatched if _is_backbone(k)]
+    if missing or extra:
+        raise UserInputError("{}: its VL-BERT does not match the config's NETWORK.VLBERT (set the keys of the "
+                             "checkpoint's config with --opts): model keys not in the file: {}; file keys not in "
+                             "the model: {}".format(path, missing[:8], extra[:8]))
+    image_missing = [k for k in report.not_loaded if k.startswith("image_feature_extractor.")]
+    if image_missing:
+        logger.warning("%s: %d image-encoder weights are not in the file and keep their initial values "
+                       "(NETWORK.IMAGE_PRETRAINED or random), e.g. %s", path, len(image_missing), image_missing[:3])
     return report

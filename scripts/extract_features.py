@@ -48,7 +48,6 @@ paths relative to the index's folder (use that folder as the pretraining's ``DAT
 import argparse
 import json
 import os
-import re
 import sys
 
 import torch
@@ -59,7 +58,7 @@ sys.path.insert(0, ROOT)
 
 from common.cli import run_main  # noqa: E402
 from common.data.box_sources import (CONF_THRESH, MAX_BOXES, MIN_BOXES, NMS_IOU, DetectorBoxes,  # noqa: E402
-                                     grid_boxes)
+                                     grid_boxes, parse_grid, read_box_list)
 from common.data.loading import load_image, load_json  # noqa: E402
 from common.data.region_features import (RegionFeatures, feature_json_path, image_id_from_name,  # noqa: E402
                                          write_feature_json, write_tsv)
@@ -122,33 +121,6 @@ def parse_args(argv=None):
     return args
 
 
-def read_box_list(path):
-    """The entries of a boxes file, each with a float32 ``[N, 4]`` tensor under ``boxes``.
-
-    Raises:
-        UserInputError: not a list of ``{image_id, image, boxes}``, or a box row with fewer than 4
-            numbers (names the file and the entry).
-    """
-    entries = load_json(path)
-    if not isinstance(entries, list):
-        raise UserInputError("{}: expected a JSON list of {{\"image_id\", \"image\", \"boxes\"}}".format(path))
-    out = []
-    for i, e in enumerate(entries):
-        if not (isinstance(e, dict) and {"image_id", "image", "boxes"} <= e.keys()):
-            raise UserInputError("{}: entry {} needs 'image_id', 'image' and 'boxes'".format(path, i))
-        rows = e["boxes"]
-        if not (isinstance(rows, list) and all(isinstance(r, list) and len(r) >= 4 for r in rows)):
-            raise UserInputError("{}: image_id {}: 'boxes' must be a list of [x1, y1, x2, y2] rows".format(
-                path, e["image_id"]))
-        try:
-            boxes = torch.tensor([r[:4] for r in rows], dtype=torch.float32).reshape(-1, 4)
-        except (TypeError, ValueError):
-            raise UserInputError("{}: image_id {}: box coordinates must be numbers".format(
-                path, e["image_id"])) from None
-        out.append(dict(e, boxes=boxes))
-    return out
-
-
 def list_images(image_root, image_list=None):
     """``{image_id, image}`` entries (``boxes`` None) of the images to box: the lines of ``image_list``, or
     every file under ``image_root`` whose extension PIL decodes, sorted.
@@ -182,14 +154,6 @@ def list_images(image_root, image_list=None):
         seen[str(image_id)] = name
         entries.append({"image_id": image_id, "image": name, "boxes": None})
     return entries
-
-
-def parse_grid(text):
-    """``'4x4'`` -> ``(4, 4)`` (rows, columns). Raises UserInputError naming ``--grid`` otherwise."""
-    m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
-    if not m:
-        raise UserInputError("--grid: expected ROWSxCOLS such as 4x4, got '{}'".format(text))
-    return int(m.group(1)), int(m.group(2))
 
 
 def box_source(args):

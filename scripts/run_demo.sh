@@ -7,6 +7,8 @@
 #          scripts/run_demo.sh cls [extra args]   the tiny-ViT image-classification demo (scripts/run_demo_cls.sh)
 #          scripts/run_demo.sh own [PHOTOS QA_JSON] [KEY VALUE ...]   VQA on your own photos
 #                                                 (scripts/run_demo_own_images.sh)
+#          scripts/run_demo.sh attention [extra args]   attention maps of the VCR demo checkpoint on the demo
+#                                                       photographs (scripts/run_demo_attention.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -30,6 +32,10 @@ fi
 if [ "${1:-}" = own ]; then
     shift
     exec "$ROOT/scripts/run_demo_own_images.sh" "$@"
+fi
+if [ "${1:-}" = attention ]; then
+    shift
+    exec "$ROOT/scripts/run_demo_attention.sh" "$@"
 fi
 
 # (Re)write the data when it is missing or was written by another version of the generator.

@@ -105,7 +105,7 @@ def test_a_grid_larger_than_a_photo_is_refused_with_both_sizes(photos, tmp_path)
     root, script = photos
     with pytest.raises(UserInputError, match=r"astronaut\.jpg: a 65x2 .*grid does not fit an image of 64x64"):
         run(script, root, "--box-source", "grid", "--grid", "65x2", "--out", str(tmp_path / "f"))
-    with pytest.raises(UserInputError, match=r"--grid: expected ROWSxCOLS such as 4x4, got '4by4'"):
+    with pytest.raises(UserInputError, match=r"--grid: expected ROWSxCOLS such as '4x4', got '4by4'"):
         run(script, root, "--box-source", "grid", "--grid", "4by4", "--out", str(tmp_path / "f"))
     with pytest.raises(UserInputError, match=r"--min-boxes 20 / --max-boxes 10: expected 1 <= min <= max"):
         run(script, root, "--box-source", "grid", "--min-boxes", "20", "--max-boxes", "10", "--out", "x")

@@ -222,7 +222,7 @@ def test_config_refuses_a_misspelt_grid_and_shard_keys_on_the_json_layout(tmp_pa
     from tests.conftest import load_task
 
     task, cfg = load_task("pretrain"), tp.cfg_path("base_prec_withouttextonly_4x16G_fp32.yaml")
-    with pytest.raises(UserInputError, match="DATASET.GRID_BOXES: expected 'ROWSxCOLS'"):
+    with pytest.raises(UserInputError, match="DATASET.GRID_BOXES: expected ROWSxCOLS such as '4x4'"):
         task.load_config(cfg, ["DATASET.GRID_BOXES", "4by4"])
     loaded = task.load_config(cfg, ["DATASET.GRID_BOXES", "2x2"])
     with pytest.raises(UserInputError, match="DATASET.GRID_BOXES is read by DATASET.DATASET 'cc_shards' only"):

@@ -1,5 +1,5 @@
-"""Boxes for images that come without any: a regular grid (no detector needed), or a torchvision
-two-stage detector selecting regions the way the bottom-up-attention features did.
+"""Boxes for images: a regular grid (no detector needed), a boxes file, or a torchvision two-stage
+detector selecting regions the way the bottom-up-attention features did.
 
 The detector's selection follows ``generate_tsv.py`` of bottom-up-attention (Anderson et al., CVPR
 2018; github peteanderson80/bottom-up-attention): the boxes are the detector's proposals (not the
@@ -7,6 +7,8 @@ class-regressed boxes), each proposal gets the best score it keeps through a per
 proposals with that score >= 0.2 are kept, at least 10 and at most 100 per image. Its NMS IoU is
 py-faster-rcnn's ``TEST.NMS`` default, 0.3.
 """
+import re
+
 import torch
 import torchvision
 from torchvision.ops import batched_nms
@@ -15,7 +17,10 @@ from torchvision.transforms.functional import pil_to_tensor
 from common.errors import UserInputError
 from common.safe_load import load_tensors
 
-__all__ = ["CONF_THRESH", "MAX_BOXES", "MIN_BOXES", "NMS_IOU", "DetectorBoxes", "grid_boxes", "select_regions"]
+from .loading import load_json
+
+__all__ = ["CONF_THRESH", "MAX_BOXES", "MIN_BOXES", "NMS_IOU", "DetectorBoxes", "grid_boxes", "parse_grid",
+           "read_box_list", "select_regions"]
 
 # Bottom-up-attention's selection (module docstring).
 CONF_THRESH = 0.2
@@ -26,6 +31,21 @@ MAX_BOXES = 100
 _CLS_SCORE = "roi_heads.box_predictor.cls_score.weight"
 # Mismatched keys named in an error, per kind.
 _SHOW_KEYS = 5
+_GRID = re.compile(r"\s*([1-9]\d*)\s*[xX]\s*([1-9]\d*)\s*")
+
+
+def parse_grid(text, setting="--grid"):
+    """``(rows, cols)`` of ``'ROWSxCOLS'`` (e.g. ``'4x4'``); None for ``''``.
+
+    Raises:
+        UserInputError: another spelling or a zero (names ``setting``, the option or config key).
+    """
+    if not text:
+        return None
+    match = _GRID.fullmatch(text)
+    if match is None:
+        raise UserInputError("{}: expected ROWSxCOLS such as '4x4', got {!r}".format(setting, text))
+    return int(match.group(1)), int(match.group(2))
 
 
 def grid_boxes(width, height, rows, cols, whole_image=True, name="image"):
@@ -158,3 +178,30 @@ def _check_state(expected, given, path, name):
     if problems:
         raise UserInputError("--detector-weights {}: does not fit torchvision's {}: {}".format(
             path, name, "; ".join(problems)))
+
+
+def read_box_list(path):
+    """The entries of a boxes file, each with a float32 ``[N, 4]`` tensor under ``boxes``.
+
+    Raises:
+        UserInputError: not a list of ``{image_id, image, boxes}``, or a box row with fewer than 4
+            numbers (names the file and the entry).
+    """
+    entries = load_json(path)
+    if not isinstance(entries, list):
+        raise UserInputError("{}: expected a JSON list of {{\"image_id\", \"image\", \"boxes\"}}".format(path))
+    out = []
+    for i, e in enumerate(entries):
+        if not (isinstance(e, dict) and {"image_id", "image", "boxes"} <= e.keys()):
+            raise UserInputError("{}: entry {} needs 'image_id', 'image' and 'boxes'".format(path, i))
+        rows = e["boxes"]
+        if not (isinstance(rows, list) and all(isinstance(r, list) and len(r) >= 4 for r in rows)):
+            raise UserInputError("{}: image_id {}: 'boxes' must be a list of [x1, y1, x2, y2] rows".format(
+                path, e["image_id"]))
+        try:
+            boxes = torch.tensor([r[:4] for r in rows], dtype=torch.float32).reshape(-1, 4)
+        except (TypeError, ValueError):
+            raise UserInputError("{}: image_id {}: box coordinates must be numbers".format(
+                path, e["image_id"])) from None
+        out.append(dict(e, boxes=boxes))
+    return out

@@ -25,12 +25,11 @@ Keys: ``DATASET.{TRAIN,VAL,TEST}_SHARDS`` (brace patterns under ``DATASET_PATH``
 ``DATASET.GRID_BOXES``; ``scripts/convert_cc_shards.py`` converts the reference's layout to shards and back.
 """
 import io
-import re
 
 import numpy as np
 import torch
 
-from common.data.box_sources import grid_boxes
+from common.data.box_sources import grid_boxes, parse_grid
 from common.data.loading import check_image_size, decode_image, parse_json
 from common.data.skips import SkipCounter
 from common.data.tar_shards import ShardIndex, epoch_order, expand_shards
@@ -39,23 +38,6 @@ from common.errors import UserInputError
 
 from .caption_dataset import MIN_IMAGES_FOR_SHARE, ConceptualCaptionsDataset
 from .conceptual_captions import CaptionDataError, Detections, detections_from_json
-
-GRID = re.compile(r"^([1-9]\d*)x([1-9]\d*)$")
-
-
-def parse_grid(text, setting="DATASET.GRID_BOXES"):
-    """``(rows, cols)`` of ``'ROWSxCOLS'``, None for ''.
-
-    Raises:
-        UserInputError: another spelling (names ``setting``).
-    """
-    if not text:
-        return None
-    match = GRID.match(text)
-    if match is None:
-        raise UserInputError("{}: expected 'ROWSxCOLS' (e.g. '4x4') or '', got {!r}".format(setting, text))
-    return int(match.group(1)), int(match.group(2))
-
 
 class CaptionShardDataset(ConceptualCaptionsDataset):
     """Pretraining samples of tar shards, as :class:`ConceptualCaptionsDataset` gives them for the reference's
@@ -99,7 +81,7 @@ class CaptionShardDataset(ConceptualCaptionsDataset):
         index = ShardIndex.build(expand_shards(d[setting.split(".")[1]], d.DATASET_PATH, setting))
         skips = SkipCounter("sample", max_share=d.MAX_SKIPPED_SHARE, min_seen=min(MIN_IMAGES_FOR_SHARE, len(index)),
                             setting="DATASET.MAX_SKIPPED_SHARE")
-        return cls(index, build_tokenizer(net.BERT_MODEL_NAME), grid=parse_grid(d.GRID_BOXES),
+        return cls(index, build_tokenizer(net.BERT_MODEL_NAME), grid=parse_grid(d.GRID_BOXES, "DATASET.GRID_BOXES"),
                    num_classes=net.VLBERT.visual_region_classes, shuffle_buffer=d.SHUFFLE_BUFFER, seq_len=d.SEQ_LEN,
                    precomputed=net.IMAGE_FEAT_PRECOMPUTED, mask_raw_pixels=net.MASK_RAW_PIXELS,
                    with_rel=net.WITH_REL_LOSS, with_mlm=net.WITH_MLM_LOSS, with_mvrc=net.WITH_MVRC_LOSS,
