@@ -16,6 +16,7 @@ import timm
 import torch
 import yaml
 
+from common.modeling.image_encoder import switch_encoder_opts
 from tests import tiny_pretrain as tp, tiny_vqa
 from tests.conftest import ROOT, load_task
 from tests.refcoco_fixture import write_refcoco
@@ -24,8 +25,6 @@ from tests.tiny_vcr import log_text_in, run_script, train_in_process
 ARCH = "vit_tiny_patch16_224"
 # The tiny ViT; a shipped config's own IMAGE_VIT_ARCH_KWARGS (patch size, drop path) are kept over these.
 TINY_KWARGS = {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 4, "num_heads": 2}
-RESNET_KEYS = ("IMAGE_NUM_LAYERS", "IMAGE_C5_DILATED", "IMAGE_STRIDE_IN_1x1", "IMAGE_PRETRAINED_EPOCH",
-               "IMAGE_FROZEN_BACKBONE_STAGES", "IMAGE_FROZEN_BN")
 VIT_CFGS = ("demo_q2a_vit_cpu.yaml", "base_q2a_vitb16_4x16G_bf16.yaml")
 
 
@@ -33,16 +32,11 @@ def vit_opts(task, cfg_path=None, weights=""):
     """``--opts`` pairs that turn a tiny run into a tiny-ViT run: the ViT keys (the config's own kwargs kept),
     ``weights`` as IMAGE_PRETRAINED, and the ResNet-only keys back at the task's defaults (refused otherwise)."""
     api = load_task(task)
-    defaults = api.defaults().NETWORK
-    shipped = api.load_config(cfg_path).NETWORK if cfg_path else defaults
+    shipped = api.load_config(cfg_path).NETWORK if cfg_path else api.defaults().NETWORK
     kwargs = dict(TINY_KWARGS, **dict(shipped.IMAGE_VIT_ARCH_KWARGS))
-    values = {"NETWORK.IMAGE_ENCODER": "vit", "NETWORK.IMAGE_VIT_ARCH": ARCH, "NETWORK.IMAGE_PRETRAINED": weights,
-              "NETWORK.IMAGE_VIT_ARCH_KWARGS": [[k, v] for k, v in kwargs.items()]}
-    values.update({"NETWORK." + key: defaults[key] for key in RESNET_KEYS})
-    out = []
-    for key, value in values.items():
-        out += [key, value if isinstance(value, str) else repr(value)]
-    return out
+    return switch_encoder_opts(api.defaults(), "vit") + [
+        "NETWORK.IMAGE_VIT_ARCH", ARCH, "NETWORK.IMAGE_PRETRAINED", weights,
+        "NETWORK.IMAGE_VIT_ARCH_KWARGS", repr([[k, v] for k, v in kwargs.items()])]
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +136,7 @@ def test_a_checkpoint_of_the_other_encoder_is_refused_by_partial_pretrain_and_re
     assert "was trained with the image encoder NETWORK.IMAGE_ENCODER 'vit', but this config builds 'resnet'" in err
     assert vit_ckpt in err
     # the ViT config switched to the ResNet in the ViT run's folder: AUTO_RESUME finds the ViT checkpoint
-    opts = tiny_vcr.opts() + ["NETWORK.IMAGE_VIT_ARCH_KWARGS", "[]", "NETWORK.IMAGE_VIT_FROZEN_BLOCKS", "-1",
-                              "NETWORK.IMAGE_ENCODER", "resnet"]
+    opts = tiny_vcr.opts() + switch_encoder_opts(load_task("vcr").defaults(), "resnet")
     assert train_in_process(model_dir, opts, cfg=os.path.join(ROOT, "cfgs", "vcr", cfg_name)) == 2
     assert "'vit', but this config builds 'resnet'" in capsys.readouterr().err
 

@@ -12,7 +12,7 @@ from common.errors import UserInputError
 from common.modeling.fast_rcnn import FastRCNN
 
 __all__ = ["IMAGE_ENCODERS", "build_image_encoder", "image_weights_input", "checkpoint_image_encoder",
-           "check_checkpoint_encoder"]
+           "check_checkpoint_encoder", "switch_encoder_opts"]
 
 IMAGE_ENCODERS = ("resnet", "vit")
 # The ViT encoder's timm model sits under this name in the task models' state dicts.
@@ -39,6 +39,21 @@ def build_image_encoder(cfg, average_pool=True, final_dim=768, enable_cnn_reg_lo
         from common.modeling.vit_encoder import ViTEncoder  # timm is imported only for a ViT
         return ViTEncoder(cfg, average_pool=average_pool, final_dim=final_dim, enable_cnn_reg_loss=enable_cnn_reg_loss)
     raise UserInputError("NETWORK.IMAGE_ENCODER: expected one of {}, got {!r}".format(", ".join(IMAGE_ENCODERS), name))
+
+
+def switch_encoder_opts(defaults, encoder):
+    """``--opts`` pairs that make a config build ``encoder``: NETWORK.IMAGE_ENCODER, and the keys only the other
+    encoder reads back at their ``defaults`` (a task's defaults CfgNode; they are refused otherwise). The new
+    encoder's own keys keep their values (their defaults unless the config or later ``--opts`` set them)."""
+    from common.modeling.vlbert_config import RESNET_ONLY_KEYS, VIT_ONLY_KEYS
+
+    if encoder not in IMAGE_ENCODERS:
+        raise UserInputError("image encoder: expected one of {}, got {!r}".format(", ".join(IMAGE_ENCODERS), encoder))
+    opts = ["NETWORK.IMAGE_ENCODER", encoder]
+    for key in VIT_ONLY_KEYS if encoder == "resnet" else RESNET_ONLY_KEYS:
+        value = defaults.NETWORK[key.split(".")[-1]]
+        opts += [key, value if isinstance(value, str) else repr(value)]
+    return opts
 
 
 def image_weights_input(net):

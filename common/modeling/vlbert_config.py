@@ -204,6 +204,10 @@ def _vit(cfg):
 
 
 # Keys of one image encoder: a value other than the default stops a run that builds the other one.
+RESNET_ONLY_KEYS = ("NETWORK.IMAGE_NUM_LAYERS", "NETWORK.IMAGE_C5_DILATED", "NETWORK.IMAGE_STRIDE_IN_1x1",
+                    "NETWORK.IMAGE_PRETRAINED_EPOCH", "NETWORK.IMAGE_FROZEN_BACKBONE_STAGES", "NETWORK.IMAGE_FROZEN_BN")
+VIT_ONLY_KEYS = ("NETWORK.IMAGE_VIT_ARCH", "NETWORK.IMAGE_VIT_ARCH_KWARGS", "NETWORK.IMAGE_VIT_FROZEN_BLOCKS",
+                 "NETWORK.IMAGE_VIT_WHOLE_IMAGE", "NETWORK.IMAGE_ATTN_FP32")
 _RESNET_ONLY = refused_if(_vit, "only the ResNet image encoder reads it, and NETWORK.IMAGE_ENCODER is 'vit'")
 _VIT_ONLY = refused_if(lambda cfg: not _vit(cfg), "only the ViT image encoder (NETWORK.IMAGE_ENCODER 'vit') reads it")
 
@@ -233,12 +237,8 @@ VLBERT_STATUS = dict(
         "NETWORK.VLBERT.visual_scale_text_init", "NETWORK.VLBERT.visual_scale_object_init",
         "NETWORK.VLBERT.visual_ln", "NETWORK.VLBERT.position_padding_idx", "NETWORK.GRADIENT_CHECKPOINTING",
         "NETWORK.IMAGE_ROI_POOLED_SIZE")},
-    **{key: _RESNET_ONLY for key in (
-        "NETWORK.IMAGE_NUM_LAYERS", "NETWORK.IMAGE_C5_DILATED", "NETWORK.IMAGE_STRIDE_IN_1x1",
-        "NETWORK.IMAGE_PRETRAINED_EPOCH", "NETWORK.IMAGE_FROZEN_BACKBONE_STAGES", "NETWORK.IMAGE_FROZEN_BN")},
-    **{key: _VIT_ONLY for key in (
-        "NETWORK.IMAGE_VIT_ARCH", "NETWORK.IMAGE_VIT_ARCH_KWARGS", "NETWORK.IMAGE_VIT_FROZEN_BLOCKS",
-        "NETWORK.IMAGE_VIT_WHOLE_IMAGE", "NETWORK.IMAGE_ATTN_FP32")},
+    **{key: _RESNET_ONLY for key in RESNET_ONLY_KEYS},
+    **{key: _VIT_ONLY for key in VIT_ONLY_KEYS},
     **{
         "NETWORK.IMAGE_ENCODER": refused_if(
             lambda cfg: cfg.NETWORK.IMAGE_FEAT_PRECOMPUTED,
