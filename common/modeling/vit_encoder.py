@@ -9,11 +9,11 @@ at stride = patch size, and each box's feature is ``roi_align`` (torchvision; He
 
 One map suffices, as Li et al. show in "Exploring Plain Vision Transformer Backbones for Object Detection"
 (ViTDet, ECCV 2022): a plain ViT has no feature hierarchy, and its global self-attention already gives every
-token of the last map a receptive field of the whole image, so boxes of every size can be pooled from the
-single stride-16 map (their Sec. 3 and Table 1: a simple pyramid built from the last map alone is within
-~0.5 AP of FPN-style multi-level designs; their RoI heads read that map). VL-BERT needs one vector per box,
-not a detector, so the map is pooled directly, with ViTDet's RoI Align settings (``aligned=True``, adaptive
-sampling).
+token of the last map a receptive field of the whole image. Their ablation of feature pyramids (Sec. 4.1,
+Table 1) finds that a simple pyramid built from the last map alone is as good as FPN-style designs that read
+several backbone levels: the last map holds what the boxes need. Their remaining gain from any pyramid is in
+finding small objects; VL-BERT is given its boxes and needs one vector per box, so the boxes are pooled from
+the one stride-p map directly, with ViTDet's RoI Align settings (``aligned=True``, adaptive sampling).
 
 Everything after the box features (CNN regularisation loss, IMAGE_SEMANTIC, the masked-RoI swap, the box
 geometry embedding and ``obj_downsample``) is :class:`common.modeling.fast_rcnn.RoIEncoder`'s, shared with
