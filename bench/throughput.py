@@ -20,7 +20,8 @@ alone in its own process. Printed per path:
 samples/s, tokens/s (real tokens through the encoder), the split of a micro-batch's time into data /
 forward / backward / optimizer (+ the rest: transfer, metrics, hooks), peak memory (CUDA: max allocated;
 CPU: peak resident set of the process), model FLOPs per sample (encoder ``6 N T + 12 layers H L^2`` on real
-tokens, see ``common/flops.py``; the ResNet's FLOPs per image counted by ``torch.utils.flop_counter``) and
+tokens, see ``common/flops.py``; the image encoder's FLOPs per image (ResNet, or ViT with ``--encoder vit``)
+counted by ``torch.utils.flop_counter``) and
 MFU against the peak of a large matmul measured in the same run (and, on CUDA, the GPU's datasheet peak).
 
 ``--synthetic`` feeds batches of VCR items drawn at the sizes of real VCR Q->A items (question 6-20 word
@@ -38,6 +39,9 @@ the short side up to the SCALES long side) so that per-batch padding has somethi
     python bench/throughput.py --synthetic --steps 3 --accumulate 4 --opts SCALES "[128,192]" \
         TRAIN.BATCH_IMAGES 1 NETWORK.IMAGE_NUM_LAYERS 18 NETWORK.IMAGE_ROI_POOLED_SIZE 4 \
         NETWORK.IMAGE_C5_DILATED false DATASET.MASK_SIZE 2
+    # the demo with a ViT image encoder of about the ResNet-18's FLOPs (cfgs/vcr/demo_q2a_vit_cpu.yaml's)
+    python bench/throughput.py --cfg cfgs/vcr/demo_q2a_cpu.yaml --synthetic --steps 2 --encoder vit --opts \
+        NETWORK.IMAGE_VIT_ARCH vit_tiny_patch16_224 NETWORK.IMAGE_VIT_ARCH_KWARGS "[['patch_size',12]]" DATASET.MASK_SIZE 4
     # the demo config, bf16 (its data loader when data/demo exists: drop --synthetic)
     python bench/throughput.py --cfg cfgs/vcr/demo_q2a_cpu.yaml --synthetic --precision bf16
     # a GPU
@@ -81,11 +85,15 @@ PAIRS = {False: ("reference", "ours"), True: (BATCH_MAX, "ours")}
 # What both paths share
 # --------------------------------------------------------------------------------------------- #
 def load_cfg(args):
-    """The frozen VCR config of ``args.cfg`` with random init, the precision and the user's --opts."""
+    """The frozen VCR config of ``args.cfg`` with random init, the precision, the image encoder of ``--encoder``
+    and the user's --opts."""
+    from common.modeling.image_encoder import switch_encoder_opts
     from common.task import get_task
     import vcr.task  # noqa: F401  (registers the task)
     task = get_task("vcr")
-    opts = RANDOM_INIT + PRECISIONS[args.precision] + ["NUM_WORKERS_PER_GPU", str(args.workers)] + list(args.opts)
+    encoder = switch_encoder_opts(task.defaults(), args.encoder) if args.encoder else []
+    opts = (RANDOM_INIT + PRECISIONS[args.precision] + ["NUM_WORKERS_PER_GPU", str(args.workers)] + encoder
+            + list(args.opts))
     if args.accumulate_run:
         opts += ["TRAIN.GRAD_ACCUMULATE_STEPS", str(args.accumulate_run)]
     return task, task.load_config(os.path.join(ROOT, args.cfg) if not os.path.isabs(args.cfg) else args.cfg, opts)
@@ -326,6 +334,7 @@ class Path:
                 "other_s": self.wall - split[0] - split[2] - split[3] - split[4], "peak_mib": peak,
                 "encoder_flops": encoder_train_flops(self.dense, rec.lens, vl.num_hidden_layers, vl.hidden_size),
                 "resnet_flops_per_image": resnet_flops, "batch_images": int(self.cfg.TRAIN.BATCH_IMAGES),
+                "image_encoder": self.cfg.NETWORK.IMAGE_ENCODER,
                 "layers": vl.num_hidden_layers, "hidden": vl.hidden_size, "dense_weights": self.dense}
 
 
@@ -429,6 +438,9 @@ def main():
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--workers", type=int, default=0, help="NUM_WORKERS_PER_GPU of the loader")
     parser.add_argument("--accumulate", type=int, default=0, help="also measure the memory of K vs 1 micro-batches")
+    parser.add_argument("--encoder", choices=["resnet", "vit"],
+                        help="image encoder (NETWORK.IMAGE_ENCODER) instead of the config's; the ViT's size from "
+                             "--opts NETWORK.IMAGE_VIT_ARCH / IMAGE_VIT_ARCH_KWARGS (default ViT-B/16)")
     parser.add_argument("--padding-cost", action="store_true",
                         help="time ours with the fixed image canvas against ours with per-batch image padding")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
@@ -457,9 +469,11 @@ def main():
         args.cfg, " ".join(args.opts) or "no --opts", args.precision, name, ours["batch_images"], ours["k"],
         args.steps))
     print("encoder: {} layers x {} hidden, {:.1f} M dense weights; real tokens/sample {:.0f}, padded {:.0f} "
-          "(reference computes those); ResNet {:.2f} GFLOP/image (fwd+bwd); matmul peak measured {:.2f} TFLOP/s{}"
+          "(reference computes those); image encoder ({}) {:.2f} GFLOP/image (fwd+bwd); matmul peak measured "
+          "{:.2f} TFLOP/s{}"
           .format(ours["layers"], ours["hidden"], ours["dense_weights"] / 1e6, ours["tokens"] / ours["samples"],
-                  ours["padded_tokens"] / ours["samples"], ours["resnet_flops_per_image"] / 1e9, peak / 1e12,
+                  ours["padded_tokens"] / ours["samples"], ours["image_encoder"], ours["resnet_flops_per_image"] / 1e9,
+                  peak / 1e12,
                   ", datasheet {:.0f}".format(sheet / 1e12) if sheet else ""))
     cols = list(rows["ours"])
     print("{:<10}".format("path") + "".join("{:>14}".format(c) for c in cols))

@@ -372,7 +372,7 @@ def _newest_readable(prefix, train_cfg):
 
 
 def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_scheduler=None,
-                    validation_monitor=None, steps_per_epoch=None, extra=None):
+                    validation_monitor=None, steps_per_epoch=None, extra=None, check=None):
     """TRAIN.RESUME / TRAIN.AUTO_RESUME on every rank: restore the newest usable checkpoint.
 
     Rank 0 picks the file (the newest one that reads; with AUTO_RESUME a corrupt file is
@@ -387,6 +387,8 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
         train_cfg: the ``TRAIN`` config node (RESUME, AUTO_RESUME, BEGIN_EPOCH, END_EPOCH).
         steps_per_epoch: optimizer steps per epoch (``len(loader) / GRAD_ACCUMULATE_STEPS``),
             used for ``global_step`` of a reference checkpoint, which does not store it.
+        check: ``check(ckpt, path)`` run on the chosen checkpoint before anything is restored (the task's
+            :meth:`common.task.Task.check_checkpoint`), or None.
     Returns:
         None when nothing was resumed, else :class:`ResumeInfo`; pass ``info.state`` as
         ``train(..., state=...)``, and rebuild the scheduler from the config at ``info.state['global_step']``
@@ -394,7 +396,7 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
     Raises:
         FileNotFoundError, CheckpointError: TRAIN.RESUME and the file is absent or unusable;
             AUTO_RESUME and every checkpoint is unreadable; a chosen checkpoint that does not fit
-            the model (on every rank).
+            the model (on every rank); what ``check`` raises.
     """
     path, ckpt, error = None, None, None
     if cdist.is_main_process():
@@ -407,6 +409,8 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
         return None
     if ckpt is None:
         ckpt = load_checkpoint_file(path)
+    if check is not None:
+        check(ckpt, path)
     restored = restore_checkpoint(ckpt, model, optimizer, scaler, lr_scheduler, validation_monitor, source=path,
                                   extra=extra)
     state = _train_state_of(ckpt, path, steps_per_epoch)
@@ -434,10 +438,12 @@ class Checkpointer:
             replaces ``lr_scheduler`` here.
         extra: dict file key -> further stateful object (a hook's: ``ema``, ``early_stopping``), saved and
             restored the same way.
+        check: ``check(ckpt, path)`` run on a checkpoint before :meth:`resume` restores it (see
+            :func:`resume_training`), or None.
     """
 
     def __init__(self, model, optimizer, prefix, config=None, scaler=None, lr_scheduler=None,
-                 validation_monitor=None, extra=None):
+                 validation_monitor=None, extra=None, check=None):
         self.model = model
         self.optimizer = optimizer
         self.prefix = prefix
@@ -447,6 +453,7 @@ class Checkpointer:
         self.validation_monitor = validation_monitor
         self.saved_at = None  # (epoch, epoch_batch) of the last save: a stop there need not save again
         self.extra = dict(extra or {})
+        self.check = check
 
     def save(self, paths, train_state):
         """Write the checkpoint of the run at ``train_state`` to ``paths`` (see :func:`save_checkpoint`:
@@ -467,4 +474,5 @@ class Checkpointer:
             None when nothing was resumed, else :class:`ResumeInfo`.
         """
         return resume_training(self.prefix, train_cfg, self.model, self.optimizer, self.scaler, self.lr_scheduler,
-                               self.validation_monitor, steps_per_epoch=steps_per_epoch, extra=self.extra)
+                               self.validation_monitor, steps_per_epoch=steps_per_epoch, extra=self.extra,
+                               check=self.check)

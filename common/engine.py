@@ -80,7 +80,8 @@ def build_model(task, cfg, device=None):
     pretrain = task.partial_pretrain(cfg)
     if pretrain is not None:
         path, prefix_changes = pretrain
-        loaded = load_partial_pretrain(model, path, prefix_changes, renames=task.pretrain_renames(cfg)).loaded
+        loaded = load_partial_pretrain(model, path, prefix_changes, renames=task.pretrain_renames(cfg),
+                                       check=lambda ckpt, source: task.check_checkpoint(cfg, ckpt, source)).loaded
     task.init_after_pretrain(cfg, model)
     warn_random_init(model, held, loaded)  # only parts the partial pretrain file did not fill
     return model if device is None else model.to(device)
@@ -110,11 +111,14 @@ def load_for_inference(task, cfg, ckpt_path, device):
     Raises:
         common.config.ConfigError: a config value the task refuses (``task.check_config``).
         common.checkpoint.CheckpointError: the file is not a checkpoint or does not fit the model.
+        common.errors.UserInputError: ``task.check_checkpoint`` refuses it (another image encoder).
     """
     task.check_config(cfg)
     with held_random_init_warnings():  # dropped: the checkpoint sets every weight
         model = task.build_model(cfg)
-    load_model_state_dict(model, load_checkpoint_file(ckpt_path)["state_dict"], source=ckpt_path)
+    ckpt = load_checkpoint_file(ckpt_path)
+    task.check_checkpoint(cfg, ckpt, ckpt_path)
+    load_model_state_dict(model, ckpt["state_dict"], source=ckpt_path)
     return model.to(device).eval()
 
 
@@ -176,7 +180,8 @@ def train_net(args, cfg, task):
         stateful["early_stopping"] = EarlyStopping(validation, train_cfg.EARLY_STOP_METRIC, train_cfg.EARLY_STOP_MODE,
                                                    train_cfg.EARLY_STOP_PATIENCE)
     checkpointer = Checkpointer(model, optimizer, prefix, config=cfg, scaler=scaler, lr_scheduler=lr_scheduler,
-                                validation_monitor=validation, extra=stateful)
+                                validation_monitor=validation, extra=stateful,
+                                check=lambda ckpt, path: task.check_checkpoint(cfg, ckpt, path))
     base_lrs = [group["initial_lr"] for group in optimizer.param_groups]  # the config's; a checkpoint replaces them
     resumed = checkpointer.resume(train_cfg, steps_per_epoch=steps_per_epoch)
     state = None

@@ -71,19 +71,25 @@ def pretrain_state_for_finetune(state_dict, prefix_changes=(), renames=None, sou
     return parsed
 
 
-def load_partial_pretrain(model, path, prefix_changes=(), renames=None):
+def load_partial_pretrain(model, path, prefix_changes=(), renames=None, check=None):
     """NETWORK.PARTIAL_PRETRAIN: copy the matching weights of a pretraining checkpoint into ``model``.
 
     Keys are renamed by :func:`pretrain_state_for_finetune`; each one found in the model (with
     or without ``module.``) is copied, cast to the model's dtype. The counts and lists of loaded,
     unmatched and initial-value keys are logged (``vlbert.checkpoint``: the run's log file).
 
+    ``check(ckpt, path)``, when given, sees the file's dict first (:meth:`common.task.Task.check_checkpoint`).
+
     Returns:
         PartialLoadReport.
     Raises:
-        CheckpointError: not a checkpoint, or a matched key whose shape differs from the model's.
+        CheckpointError: not a checkpoint, or a matched key whose shape differs from the model's; what
+            ``check`` raises.
     """
-    source = load_checkpoint_file(path)["state_dict"]
+    ckpt = load_checkpoint_file(path)
+    if check is not None:
+        check(ckpt, path)
+    source = ckpt["state_dict"]
     parsed = pretrain_state_for_finetune(source, prefix_changes, renames, source=path)
     target = model.state_dict()
     report, update = PartialLoadReport(), {}

@@ -131,6 +131,15 @@ class Task:
             common.config.ConfigError: a value the task refuses (names the key).
         """
 
+    def check_checkpoint(self, cfg, ckpt, source):
+        """Stop before a checkpoint dict ``ckpt`` (read from the file ``source``) that the config's model cannot
+        take for a reason its keys do not say clearly (resume, :meth:`partial_pretrain`, evaluation). Default:
+        nothing.
+
+        Raises:
+            common.errors.UserInputError: the checkpoint does not suit the config (names the file).
+        """
+
     def init_after_pretrain(self, cfg, model):
         """Last initialisation of a model built for training, after :meth:`partial_pretrain` is loaded
         (for weights derived from loaded ones); a resumed checkpoint then overwrites them. Default: nothing."""

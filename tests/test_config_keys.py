@@ -171,7 +171,7 @@ def test_defaults_and_implemented_keys_pass_silently(task):
     assert lines == []
 
 
-@pytest.mark.parametrize("task,demo", [("vcr", "demo_q2a_cpu.yaml"), ("refcoco", "demo_cpu.yaml")])
+@pytest.mark.parametrize("task,demo", [("vcr", "demo_q2a_"), ("refcoco", "demo_cpu.yaml")])
 def test_shipped_configs_warn_only_about_gpus_and_the_cache_root(task, demo):
     paths = sorted(glob.glob(os.path.join(ROOT, "cfgs", task, "*.yaml")))
     assert len(paths) >= 5
@@ -179,7 +179,8 @@ def test_shipped_configs_warn_only_about_gpus_and_the_cache_root(task, demo):
         with config_warnings() as lines:
             load_task(task).check_config(load_task(task).load_config(path), path)
         keys = sorted(line.split(": ")[2].split(" = ")[0] for line in lines)
-        assert keys == ([] if path.endswith(demo) else ["DATASET.ROOT_PATH", "GPUS"]), path
+        # the demo configs (names starting with ``demo``: the ResNet and ViT VCR demos) set neither
+        assert keys == ([] if os.path.basename(path).startswith(demo) else ["DATASET.ROOT_PATH", "GPUS"]), path
 
 
 def test_entry_points_refuse_and_warn_before_anything_runs(tmp_path):

@@ -130,15 +130,8 @@ def test_end_to_end_image_mode_trains_the_resnet_over_the_given_boxes(inputs, tm
     as loaded from IMAGE_PRETRAINED (IMAGE_FROZEN_BACKBONE_STAGES [1, 2] of the shipped config)."""
     import runpy
 
-    from PIL import Image
-
     random_resnet_file = runpy.run_path(os.path.join(tiny_vqa.ROOT, "bench", "smoke_paper_config.py"))["random_resnet_file"]
-    for image_id, (split, _) in tiny_vqa.IMAGES.items():  # the features were written for 40 x 30 images
-        folder = os.path.join(inputs.coco, split)
-        os.makedirs(folder, exist_ok=True)
-        pixels = torch.randint(0, 256, (30, 40, 3), generator=torch.Generator().manual_seed(image_id))
-        Image.fromarray(pixels.to(torch.uint8).numpy()).save(
-            os.path.join(folder, "COCO_{}_{:012d}.jpg".format(split, image_id)))
+    tiny_vqa.write_images(inputs)
     resnet = str(tmp_path / "resnet18")
     random_resnet_file(resnet, 18)
     name = "base_4x16G_fp32"

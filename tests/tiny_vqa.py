@@ -102,6 +102,20 @@ def make_inputs(root):
     return inputs
 
 
+def write_images(inputs):
+    """The COCO images of the tiny data (random 40 x 30 pixels, the size the features were written for), for
+    runs with an image encoder (NETWORK.IMAGE_FEAT_PRECOMPUTED false)."""
+    import torch
+    from PIL import Image
+
+    for image_id, (split, _) in IMAGES.items():
+        folder = os.path.join(inputs.coco, split)
+        os.makedirs(folder, exist_ok=True)
+        pixels = torch.randint(0, 256, (30, 40, 3), generator=torch.Generator().manual_seed(image_id))
+        Image.fromarray(pixels.to(torch.uint8).numpy()).save(
+            os.path.join(folder, "COCO_{}_{:012d}.jpg".format(split, image_id)))
+
+
 def run_entry(script, argv):
     """``python vqa/<script> argv...`` in this process (:func:`tests.tiny_vcr.run_script`). Returns the exit code."""
     return run_script(os.path.join(ROOT, "vqa", script), argv)

@@ -6,18 +6,8 @@ import torch.nn.functional as F
 from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
 
-from common.checkpoint import CheckpointError
 from common.modeling.module import Module, RandomInitWarning
-from common.safe_load import load_tensors
-
-
-def arch_kwargs(pairs):
-    """``NETWORK.ARCH_KWARGS`` (``[[name, value], ...]``) as the dict of keyword arguments of
-    ``timm.create_model``; ValueError on an entry that is not a pair."""
-    bad = [p for p in pairs if len(p) != 2 or not isinstance(p[0], str)]
-    if bad:
-        raise ValueError("NETWORK.ARCH_KWARGS: expected [name, value] pairs, got {}".format(bad))
-    return {name: value for name, value in pairs}
+from common.modeling.timm_weights import arch_kwargs, load_timm_weights
 
 
 class TimmClassifier(Module):
@@ -32,8 +22,8 @@ class TimmClassifier(Module):
     (smoothing included) and the soft-target cross-entropy. Inference: ``(image, index)`` -> ``{'label_logits'}``.
 
     Raises:
-        RuntimeError: timm does not know ``NETWORK.ARCH``. common.checkpoint.CheckpointError: the pretrained
-        file does not fit the model.
+        RuntimeError: timm does not know ``NETWORK.ARCH``. common.modeling.timm_weights.TimmWeightsError: the
+        pretrained file holds another architecture (:func:`common.modeling.timm_weights.load_timm_weights`).
     """
 
     def __init__(self, cfg):
@@ -56,16 +46,7 @@ class TimmClassifier(Module):
             warnings.warn(RandomInitWarning("the timm model {} starts from random weights (NETWORK.IMAGE_PRETRAINED "
                                             "is empty)".format(self.cfg.NETWORK.ARCH), self.backbone))
             return
-        state = load_tensors(path, what="NETWORK.IMAGE_PRETRAINED weights")
-        state = state.get("state_dict", state.get("model", state)) if isinstance(state, dict) else state
-        own = self.backbone.state_dict()
-        head = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
-        missing = [k for k in own if k not in state]
-        unexpected = [k for k in state if k not in own]
-        if missing or unexpected:
-            raise CheckpointError("{} does not fit timm's {}: missing {}, unexpected {}".format(
-                path, self.cfg.NETWORK.ARCH, missing[:5], unexpected[:5]))
-        self.backbone.load_state_dict({k: v for k, v in state.items() if k not in head}, strict=False)
+        head = load_timm_weights(self.backbone, path, self.cfg.NETWORK.ARCH)
         if head:
             warnings.warn(RandomInitWarning("{} stay random: their shapes in {} are for another class count"
                                             .format(", ".join(head), path)))

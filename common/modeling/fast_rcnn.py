@@ -19,7 +19,7 @@ from common.modeling.backbone import build_resnet, freeze_stages, load_resnet_we
 from common.modeling.module import RandomInitWarning
 from common.safe_load import load_tensors
 
-__all__ = ["FastRCNN", "coordinate_embeddings", "clip_boxes"]
+__all__ = ["FastRCNN", "RoIEncoder", "coordinate_embeddings", "clip_boxes"]
 
 # Reference settings: RoI Align on C4 (stride 16), one sample per bin, no half-pixel offset (the
 # maskrcnn-benchmark kernel the reference compiled); the crop side is NETWORK.IMAGE_ROI_POOLED_SIZE (14).
@@ -69,7 +69,109 @@ def coordinate_embeddings(boxes, image_sizes, dim=COORD_EMBED_DIM):
     return torch.cat((angles.sin(), angles.cos()), -1).flatten(1)
 
 
-class FastRCNN(nn.Module):
+class RoIEncoder(nn.Module):
+    """What every VL-BERT image encoder shares after its box features: the forward contract of the task
+    modules (arguments and output dict), the CNN regularisation classifier, the class embedding
+    (IMAGE_SEMANTIC), the masked-RoI swap of pretraining and the box-geometry embedding + ``obj_downsample``
+    projection of VL-BERT (Su et al., ICLR 2020, Sec. 3.2).
+
+    A subclass builds its image part, calls :meth:`_init_box_head` with the width of its box features, and
+    implements :meth:`_box_features`. Attributes: ``image_feat_precomputed`` (boxes carry their features),
+    ``feat_dim`` (width of ``obj_reps_raw``), ``enable_cnn_reg_loss``.
+    """
+
+    image_feat_precomputed = False
+
+    def _init_box_head(self, net, feat_dim, final_dim, enable_cnn_reg_loss):
+        """``regularizing_predictor`` (when ``enable_cnn_reg_loss``), ``object_embed`` (``net.IMAGE_SEMANTIC``) and
+        ``obj_downsample`` for box features of width ``feat_dim``, in the reference's state-dict order."""
+        self.feat_dim = feat_dim
+        self.enable_cnn_reg_loss = enable_cnn_reg_loss
+        if enable_cnn_reg_loss:
+            self.regularizing_predictor = nn.Linear(feat_dim, NUM_OBJECT_CLASSES)
+        self.object_embed = nn.Embedding(NUM_OBJECT_CLASSES, OBJECT_EMBED_DIM) if net.IMAGE_SEMANTIC else None
+        in_dim = 8 * COORD_EMBED_DIM + feat_dim + (OBJECT_EMBED_DIM if net.IMAGE_SEMANTIC else 0)
+        self.obj_downsample = nn.Sequential(nn.Dropout(p=0.1), nn.Linear(in_dim, final_dim), nn.ReLU(inplace=True))
+
+    def forward(self, images, boxes, box_mask, im_info, classes=None, segms=None, mvrc_ops=None,
+                mask_visual_embed=None):
+        """Encode the valid boxes of each image; padded slots come back as zeros.
+
+        Args:
+            images: ``[B, 3, H, W]`` normalised images, zero-padded to the batch's largest size
+                (unused with precomputed features).
+            boxes: ``[B, N, 4]`` ``(x1, y1, x2, y2)`` pixels of the resized image, or
+                ``[B, N, 4 + 2048]`` with the box features appended (IMAGE_FEAT_PRECOMPUTED).
+                Boxes are clipped to their own image; degenerate (e.g. all-zero) boxes are valid.
+            box_mask: ``[B, N]`` bool (or 0/1), True for real boxes.
+            im_info: ``[B, >=2]``, columns 0 and 1 are each image's width and height in pixels.
+            classes: ``[B, N]`` object class ids in ``[0, 81)``; needed for IMAGE_SEMANTIC and the
+                CNN regularisation loss.
+            segms: ``[B, N, h, w]`` masks multiplied into the box's feature map before pooling (FastRCNN:
+                res5's output, h = w = IMAGE_ROI_POOLED_SIZE (14) when IMAGE_C5_DILATED, else half of it
+                rounded up; the ViT encoder: its RoI Align crop).
+            mvrc_ops: ``[B, N]``, 1 where the box's visual feature is replaced by
+                ``mask_visual_embed`` (``[D]``, D = pooled feature width (+128 with IMAGE_SEMANTIC))
+                before the projection (masked RoI modelling in pretraining).
+
+        Returns:
+            dict with ``obj_reps_raw`` ``[B, N, C]`` (pooled box features, C = ``feat_dim``: 2048 for ResNet-50+
+            and precomputed features, 512 for ResNet-18/34, the embedding width of a ViT) and
+            ``obj_reps`` ``[B, N, final_dim]`` (after ``obj_downsample``), zero where ``box_mask``
+            is False; with the CNN regularisation loss also ``obj_logits`` ``[K, 81]``,
+            ``obj_labels`` ``[K]`` (K = number of valid boxes, row-major) and
+            ``cnn_regularization_loss`` ``[1]`` (mean cross-entropy).
+        """
+        box_mask = box_mask.bool()
+        batch_idx, box_idx = box_mask.nonzero(as_tuple=True)
+        image_sizes = im_info[batch_idx, :2]
+        coords = clip_boxes(boxes[batch_idx, box_idx, :4], image_sizes)
+        labels = classes[batch_idx, box_idx].long() if classes is not None else None
+        if (self.object_embed is not None or self.enable_cnn_reg_loss) and labels is None:
+            raise ValueError(f"{type(self).__name__}: IMAGE_SEMANTIC and the CNN regularisation loss need `classes`")
+
+        if self.image_feat_precomputed:
+            feats = boxes[batch_idx, box_idx, 4:]
+            if feats.shape[-1] != self.feat_dim:
+                raise ValueError(f"{type(self).__name__} (IMAGE_FEAT_PRECOMPUTED): boxes must be [B, N, 4 + {self.feat_dim}], "
+                                 f"got {tuple(boxes.shape)}")
+        else:
+            feats = self._box_features(images, im_info, coords, batch_idx, box_idx, segms)
+
+        outputs = {}
+        if self.enable_cnn_reg_loss:
+            logits = self.regularizing_predictor(feats)
+            # Sum / count rather than the mean so that a batch without boxes gives 0, not NaN.
+            loss = F.cross_entropy(logits.float(), labels, reduction="sum") / max(len(labels), 1)
+            outputs.update(obj_logits=logits, obj_labels=labels, cnn_regularization_loss=loss[None])
+
+        visual = feats
+        if self.object_embed is not None:
+            visual = torch.cat((feats, self.object_embed(labels).to(feats.dtype)), -1)
+        if mvrc_ops is not None and mask_visual_embed is not None:
+            masked = (mvrc_ops[batch_idx, box_idx] == 1)[:, None]
+            visual = torch.where(masked, mask_visual_embed.to(visual.dtype), visual)
+        coord_embed = coordinate_embeddings(coords, image_sizes).to(visual.dtype)
+        obj_reps = self.obj_downsample(torch.cat((coord_embed, visual), -1))
+
+        outputs["obj_reps_raw"] = self._scatter(feats, box_mask)
+        outputs["obj_reps"] = self._scatter(obj_reps, box_mask)
+        return outputs
+
+    def _box_features(self, images, im_info, coords, batch_idx, box_idx, segms):
+        """``[K, feat_dim]`` features of the valid boxes: ``coords`` ``[K, 4]`` clipped pixels of image
+        ``batch_idx`` ``[K]`` (slot ``box_idx`` ``[K]``); ``images``, ``im_info`` and ``segms`` as in :meth:`forward`."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _scatter(values, box_mask):
+        """``[K, D]`` rows of the valid boxes -> ``[B, N, D]`` with zeros in padded slots."""
+        out = values.new_zeros(*box_mask.shape, values.shape[-1])
+        out[box_mask] = values
+        return out
+
+
+class FastRCNN(RoIEncoder):
     """Box features from images (ResNet C4 + RoI Align + res5) or from precomputed features.
 
     Built from ``cfg.NETWORK``: ``IMAGE_NUM_LAYERS`` (18/34/50/101/152), ``IMAGE_STRIDE_IN_1x1``,
@@ -107,7 +209,6 @@ class FastRCNN(nn.Module):
             raise NotImplementedError("NETWORK.OUTPUT_CONV5: true is not supported (the reference release "
                                       "never defined the image head it needs); set it to false")
         self.image_feat_precomputed = net.IMAGE_FEAT_PRECOMPUTED
-        self.enable_cnn_reg_loss = enable_cnn_reg_loss and not self.image_feat_precomputed
         self.pretrained_path = None
         self.roi_size = net.IMAGE_ROI_POOLED_SIZE
         if self.roi_size < 1:
@@ -128,13 +229,7 @@ class FastRCNN(nn.Module):
             self.backbone = trunk
             self.roi_head_feature_extractor = res5
             self.head = nn.Sequential(res5, nn.AdaptiveAvgPool2d(1), nn.Flatten(1))
-            if self.enable_cnn_reg_loss:
-                self.regularizing_predictor = nn.Linear(feat_dim, NUM_OBJECT_CLASSES)
-
-        self.object_embed = nn.Embedding(NUM_OBJECT_CLASSES, OBJECT_EMBED_DIM) if net.IMAGE_SEMANTIC else None
-        self.feat_dim = feat_dim
-        in_dim = 8 * COORD_EMBED_DIM + feat_dim + (OBJECT_EMBED_DIM if net.IMAGE_SEMANTIC else 0)
-        self.obj_downsample = nn.Sequential(nn.Dropout(p=0.1), nn.Linear(in_dim, final_dim), nn.ReLU(inplace=True))
+        self._init_box_head(net, feat_dim, final_dim, enable_cnn_reg_loss and not self.image_feat_precomputed)
 
     def init_weight(self):
         """Load ``IMAGE_PRETRAINED`` into the ResNet, or warn (:class:`RandomInitWarning`) that it stays
@@ -161,71 +256,7 @@ class FastRCNN(nn.Module):
                              f"got {type(state_dict).__name__}")
         load_resnet_weights(self.backbone, self.roi_head_feature_extractor, state_dict, self.pretrained_path)
 
-    def forward(self, images, boxes, box_mask, im_info, classes=None, segms=None, mvrc_ops=None,
-                mask_visual_embed=None):
-        """Encode the valid boxes of each image; padded slots come back as zeros.
-
-        Args:
-            images: ``[B, 3, H, W]`` normalised images, zero-padded to the batch's largest size
-                (unused with precomputed features).
-            boxes: ``[B, N, 4]`` ``(x1, y1, x2, y2)`` pixels of the resized image, or
-                ``[B, N, 4 + 2048]`` with the box features appended (IMAGE_FEAT_PRECOMPUTED).
-                Boxes are clipped to their own image; degenerate (e.g. all-zero) boxes are valid.
-            box_mask: ``[B, N]`` bool (or 0/1), True for real boxes.
-            im_info: ``[B, >=2]``, columns 0 and 1 are each image's width and height in pixels.
-            classes: ``[B, N]`` object class ids in ``[0, 81)``; needed for IMAGE_SEMANTIC and the
-                CNN regularisation loss.
-            segms: ``[B, N, h, w]`` masks multiplied into res5's output before pooling (h = w =
-                IMAGE_ROI_POOLED_SIZE (14) when IMAGE_C5_DILATED, else half of it rounded up).
-            mvrc_ops: ``[B, N]``, 1 where the box's visual feature is replaced by
-                ``mask_visual_embed`` (``[D]``, D = pooled feature width (+128 with IMAGE_SEMANTIC))
-                before the projection (masked RoI modelling in pretraining).
-
-        Returns:
-            dict with ``obj_reps_raw`` ``[B, N, C]`` (pooled res5 features, C = 2048 for ResNet-50+ and
-            precomputed features, 512 for ResNet-18/34) and
-            ``obj_reps`` ``[B, N, final_dim]`` (after ``obj_downsample``), zero where ``box_mask``
-            is False; with the CNN regularisation loss also ``obj_logits`` ``[K, 81]``,
-            ``obj_labels`` ``[K]`` (K = number of valid boxes, row-major) and
-            ``cnn_regularization_loss`` ``[1]`` (mean cross-entropy).
-        """
-        box_mask = box_mask.bool()
-        batch_idx, box_idx = box_mask.nonzero(as_tuple=True)
-        image_sizes = im_info[batch_idx, :2]
-        coords = clip_boxes(boxes[batch_idx, box_idx, :4], image_sizes)
-        labels = classes[batch_idx, box_idx].long() if classes is not None else None
-        if (self.object_embed is not None or self.enable_cnn_reg_loss) and labels is None:
-            raise ValueError("FastRCNN: IMAGE_SEMANTIC and the CNN regularisation loss need `classes`")
-
-        if self.image_feat_precomputed:
-            feats = boxes[batch_idx, box_idx, 4:]
-            if feats.shape[-1] != self.feat_dim:
-                raise ValueError(f"FastRCNN (IMAGE_FEAT_PRECOMPUTED): boxes must be [B, N, 4 + {self.feat_dim}], "
-                                 f"got {tuple(boxes.shape)}")
-        else:
-            feats = self._box_features(images, coords, batch_idx, box_idx, segms)
-
-        outputs = {}
-        if self.enable_cnn_reg_loss:
-            logits = self.regularizing_predictor(feats)
-            # Sum / count rather than the mean so that a batch without boxes gives 0, not NaN.
-            loss = F.cross_entropy(logits.float(), labels, reduction="sum") / max(len(labels), 1)
-            outputs.update(obj_logits=logits, obj_labels=labels, cnn_regularization_loss=loss[None])
-
-        visual = feats
-        if self.object_embed is not None:
-            visual = torch.cat((feats, self.object_embed(labels).to(feats.dtype)), -1)
-        if mvrc_ops is not None and mask_visual_embed is not None:
-            masked = (mvrc_ops[batch_idx, box_idx] == 1)[:, None]
-            visual = torch.where(masked, mask_visual_embed.to(visual.dtype), visual)
-        coord_embed = coordinate_embeddings(coords, image_sizes).to(visual.dtype)
-        obj_reps = self.obj_downsample(torch.cat((coord_embed, visual), -1))
-
-        outputs["obj_reps_raw"] = self._scatter(feats, box_mask)
-        outputs["obj_reps"] = self._scatter(obj_reps, box_mask)
-        return outputs
-
-    def _box_features(self, images, coords, batch_idx, box_idx, segms):
+    def _box_features(self, images, im_info, coords, batch_idx, box_idx, segms):
         """``[K, C5]`` pooled res5 features of the (clipped) boxes ``coords`` ``[K, 4]``."""
         c4 = self.backbone(images)
         rois = torch.cat((batch_idx[:, None].to(coords.dtype), coords), 1)
@@ -236,10 +267,3 @@ class FastRCNN(nn.Module):
         if segms is not None:
             x = x * segms[batch_idx, box_idx][:, None].to(x.dtype)
         return self.head[1:](x)
-
-    @staticmethod
-    def _scatter(values, box_mask):
-        """``[K, D]`` rows of the valid boxes -> ``[B, N, D]`` with zeros in padded slots."""
-        out = values.new_zeros(*box_mask.shape, values.shape[-1])
-        out[box_mask] = values
-        return out

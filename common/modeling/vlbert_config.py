@@ -10,7 +10,7 @@ task's ``function/config.py``, so its YAML files load unchanged. Next to the key
 from yacs.config import CfgNode
 
 from common.config.values import PROBABILITY, int_at_least, number_at_least, one_of, Rule
-from common.config_keys import DONE, refused, warned
+from common.config_keys import DONE, refused, refused_if, warned
 
 
 def add_vlbert_config(_C):
@@ -63,7 +63,8 @@ def add_vlbert_config(_C):
     _C.NETWORK.IMAGE_STRIDE_IN_1x1 = False
     # Boxes come with precomputed features instead of running the ResNet.
     _C.NETWORK.IMAGE_FEAT_PRECOMPUTED = False
-    # ResNet weights prefix: loads {IMAGE_PRETRAINED}-{IMAGE_PRETRAINED_EPOCH:04d}.model; '' = random.
+    # Image encoder weights; '' = random. ResNet: a prefix, loads {IMAGE_PRETRAINED}-{IMAGE_PRETRAINED_EPOCH:04d}.model;
+    # ViT (IMAGE_ENCODER 'vit'): a timm .safetensors / .pth file of IMAGE_VIT_ARCH.
     _C.NETWORK.IMAGE_PRETRAINED = ''
     _C.NETWORK.IMAGE_PRETRAINED_EPOCH = 0
     # ResNet stages whose weights are frozen (1 = stem + res2, 2 = res3, ...).
@@ -149,6 +150,20 @@ def add_vlbert_config(_C):
     # (new) RoI Align output side (cells) fed to res5; 14 is the reference's. res5's output (and
     # DATASET.MASK_SIZE) is this side with IMAGE_C5_DILATED, else half of it rounded up.
     _C.NETWORK.IMAGE_ROI_POOLED_SIZE = 14
+    # (new) Image encoder: 'resnet' (Fast R-CNN on a ResNet, the paper's) or 'vit' (a timm ViT, RoI Align on its
+    # patch map; common/modeling/vit_encoder.py). The IMAGE_VIT_* keys and IMAGE_ATTN_FP32 are the ViT's.
+    _C.NETWORK.IMAGE_ENCODER = 'resnet'
+    # (new) timm model name and extra timm.create_model keyword arguments, [[name, value], ...]
+    # (e.g. [[embed_dim, 192], [depth, 4], [num_heads, 3], [drop_path_rate, 0.1]]).
+    _C.NETWORK.IMAGE_VIT_ARCH = 'vit_base_patch16_224'
+    _C.NETWORK.IMAGE_VIT_ARCH_KWARGS = []
+    # (new) Frozen ViT parts: -1 none; 0 the patch and position embeddings and class token; N those and blocks 0..N-1.
+    _C.NETWORK.IMAGE_VIT_FROZEN_BLOCKS = -1
+    # (new) Feature of a box covering the whole image (DATASET.ADD_IMAGE_AS_A_BOX's box 0): the ViT's 'cls' token
+    # or the 'mean' of the image's patch tokens (a ViT without a class token).
+    _C.NETWORK.IMAGE_VIT_WHOLE_IMAGE = 'cls'
+    # (new) ViT attention in fp32 inside fp16 / bf16 autocast (fp16 attention logits overflow into NaN losses).
+    _C.NETWORK.IMAGE_ATTN_FP32 = False
     return _C
 
 
@@ -184,6 +199,18 @@ _REFERENCE_UNUSED = "it has no effect (the reference release never read it eithe
 # Keys only some VL-BERT tasks' data sets or heads read: a task that reads one says DONE in its own table.
 _TASK_DOES_NOT_READ = warned("this task's data set and model do not read it")
 
+def _vit(cfg):
+    return cfg.NETWORK.IMAGE_ENCODER == 'vit'
+
+
+# Keys of one image encoder: a value other than the default stops a run that builds the other one.
+RESNET_ONLY_KEYS = ("NETWORK.IMAGE_NUM_LAYERS", "NETWORK.IMAGE_C5_DILATED", "NETWORK.IMAGE_STRIDE_IN_1x1",
+                    "NETWORK.IMAGE_PRETRAINED_EPOCH", "NETWORK.IMAGE_FROZEN_BACKBONE_STAGES", "NETWORK.IMAGE_FROZEN_BN")
+VIT_ONLY_KEYS = ("NETWORK.IMAGE_VIT_ARCH", "NETWORK.IMAGE_VIT_ARCH_KWARGS", "NETWORK.IMAGE_VIT_FROZEN_BLOCKS",
+                 "NETWORK.IMAGE_VIT_WHOLE_IMAGE", "NETWORK.IMAGE_ATTN_FP32")
+_RESNET_ONLY = refused_if(_vit, "only the ResNet image encoder reads it, and NETWORK.IMAGE_ENCODER is 'vit'")
+_VIT_ONLY = refused_if(lambda cfg: not _vit(cfg), "only the ViT image encoder (NETWORK.IMAGE_ENCODER 'vit') reads it")
+
 # What each key of add_vlbert_config does (common.config_keys); a task's KEY_STATUS may override an entry.
 VLBERT_STATUS = dict(
     {key: _TASK_DOES_NOT_READ for key in (
@@ -199,9 +226,7 @@ VLBERT_STATUS = dict(
         "DATASET.ANSWER_VOCAB_FILE", "DATASET.ANSWER_VOCAB_SIZE", "DATASET.USE_IMDB",
         "NETWORK.CLASSIFIER_PRETRAINED", "NETWORK.ANS_LOSS_TYPE", "NETWORK.REPLACE_OBJECT_CHANGE_LABEL")},
     **{key: DONE for key in (
-        "NETWORK.PARTIAL_PRETRAIN", "NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES", "NETWORK.IMAGE_NUM_LAYERS",
-        "NETWORK.IMAGE_C5_DILATED", "NETWORK.IMAGE_STRIDE_IN_1x1", "NETWORK.IMAGE_PRETRAINED",
-        "NETWORK.IMAGE_PRETRAINED_EPOCH", "NETWORK.IMAGE_FROZEN_BACKBONE_STAGES", "NETWORK.IMAGE_FROZEN_BN",
+        "NETWORK.PARTIAL_PRETRAIN", "NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES", "NETWORK.IMAGE_PRETRAINED",
         "NETWORK.IMAGE_FINAL_DIM", "NETWORK.IMAGE_SEMANTIC", "NETWORK.BERT_MODEL_NAME", "NETWORK.BERT_PRETRAINED",
         "NETWORK.BERT_PRETRAINED_EPOCH", "NETWORK.BERT_FROZEN", "NETWORK.VLBERT.word_embedding_frozen",
         "NETWORK.VLBERT.obj_pos_id_relative", "NETWORK.VLBERT.hidden_size", "NETWORK.VLBERT.visual_size",
@@ -212,7 +237,12 @@ VLBERT_STATUS = dict(
         "NETWORK.VLBERT.visual_scale_text_init", "NETWORK.VLBERT.visual_scale_object_init",
         "NETWORK.VLBERT.visual_ln", "NETWORK.VLBERT.position_padding_idx", "NETWORK.GRADIENT_CHECKPOINTING",
         "NETWORK.IMAGE_ROI_POOLED_SIZE")},
+    **{key: _RESNET_ONLY for key in RESNET_ONLY_KEYS},
+    **{key: _VIT_ONLY for key in VIT_ONLY_KEYS},
     **{
+        "NETWORK.IMAGE_ENCODER": refused_if(
+            lambda cfg: cfg.NETWORK.IMAGE_FEAT_PRECOMPUTED,
+            "NETWORK.IMAGE_FEAT_PRECOMPUTED: the boxes carry their features, no image encoder runs"),
         "DATASET.ROOT_PATH": warned("no annotation database cache is written, so no cache root is needed"),
         "DATASET.IGNORE_DB_CACHE": warned("the annotations are always read from the annotation files (no cache)"),
         "NETWORK.OUTPUT_CONV5": refused("the reference release never defined the conv5 image head it needs"),
@@ -233,6 +263,9 @@ VLBERT_RULES = {
     "NETWORK.IMAGE_PRETRAINED_EPOCH": int_at_least(0),
     "NETWORK.IMAGE_FINAL_DIM": int_at_least(1),
     "NETWORK.IMAGE_ROI_POOLED_SIZE": int_at_least(1),
+    "NETWORK.IMAGE_ENCODER": one_of('resnet', 'vit'),
+    "NETWORK.IMAGE_VIT_FROZEN_BLOCKS": int_at_least(-1),
+    "NETWORK.IMAGE_VIT_WHOLE_IMAGE": one_of('cls', 'mean'),
     "NETWORK.BERT_PRETRAINED_EPOCH": int_at_least(0),
     "NETWORK.VLBERT.hidden_size": int_at_least(1),
     "NETWORK.VLBERT.visual_size": int_at_least(1),

@@ -4,13 +4,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common.modeling.fast_rcnn import FastRCNN
+from common.modeling.image_encoder import build_image_encoder
 from pretrain.losses import masked_lm_loss, mvrc_loss, pad_to, reported_loss
 from common.modeling.visual_linguistic_bert import VisualLinguisticBertForPretraining
 from common.modeling.vlbert_module import VLBertModule, collect_obj_reps, valid_text_mask
 
-# Width of precomputed Faster R-CNN box features (and of their mask embedding).
-BOX_FEATURE_DIM = 2048
 # Logit given to padded MLM/MVRC positions so that padded outputs keep the batch's full shape.
 PAD_LOGIT = -10000.0
 
@@ -33,11 +31,12 @@ class ResNetVLBERTForPretraining(VLBertModule):
         super().__init__(cfg)
         net = cfg.NETWORK
         hidden = net.VLBERT.hidden_size
-        self.image_feature_extractor = FastRCNN(cfg, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
-                                                enable_cnn_reg_loss=False)
+        self.image_feature_extractor = build_image_encoder(cfg, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
+                                                           enable_cnn_reg_loss=False)
         self.object_linguistic_embeddings = nn.Embedding(1, hidden)
         if self.masks_visual_embedding():
-            self.object_mask_visual_embedding = nn.Embedding(1, BOX_FEATURE_DIM)
+            # As wide as the box features it replaces: 2048 precomputed (and ResNet-50+), a ViT's embedding width.
+            self.object_mask_visual_embedding = nn.Embedding(1, self.image_feature_extractor.feat_dim)
         if net.WITH_MVRC_LOSS:
             self.object_mask_word_embedding = nn.Embedding(1, hidden)
         self.build_extra_embeddings()
@@ -79,7 +78,7 @@ class ResNetVLBERTForPretraining(VLBertModule):
             masked = (mvrc_ops == 1).unsqueeze(-1)
             features = torch.where(masked, self.object_mask_visual_embedding.weight[0].to(boxes.dtype), boxes[..., 4:])
             boxes = torch.cat((boxes[..., :4], features), -1)
-        # Raw-pixel masking happens in the data pipeline; otherwise FastRCNN swaps in the learnt feature.
+        # Raw-pixel masking happens in the data pipeline; otherwise the image encoder swaps in the learnt feature.
         mask_visual = None
         if self.masks_visual_embedding() and not net.IMAGE_FEAT_PRECOMPUTED:
             mask_visual = self.object_mask_visual_embedding.weight[0]

@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common.modeling.fast_rcnn import FastRCNN
+from common.modeling.image_encoder import build_image_encoder
 from common.modeling.nlp.heads import MVRCHeadTransform
 from common.modeling.visual_linguistic_bert import VisualLinguisticBert
 from common.modeling.vlbert_module import VLBertModule, collect_obj_reps, object_linguistic_embedding
@@ -35,7 +35,7 @@ def pack_expression(expression, cls_id, sep_id):
 
 
 class ResNetVLBERT(VLBertModule):
-    """Fast R-CNN RoI features of the candidate boxes + VL-BERT over ``[CLS] expression [SEP]`` and the boxes
+    """Image encoder (Fast R-CNN or ViT) RoI features of the candidate boxes + VL-BERT over ``[CLS] expression [SEP]`` and the boxes
     + a per-box logit from the box's output state (``final_mlp``: the pretraining MVRC transform, dropout,
     linear; ``PARTIAL_PRETRAIN_PREFIX_CHANGES`` map ``vlbert.mvrc_head.transform`` onto ``final_mlp.0``).
 
@@ -71,8 +71,8 @@ class ResNetVLBERT(VLBertModule):
         if net.ENABLE_CNN_REG_LOSS:
             warnings.warn("NETWORK.ENABLE_CNN_REG_LOSS is ignored for RefCOCO+ (boxes have no class labels; the "
                           "reference ignores it too)")
-        self.image_feature_extractor = FastRCNN(cfg, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
-                                                enable_cnn_reg_loss=False)
+        self.image_feature_extractor = build_image_encoder(cfg, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
+                                                           enable_cnn_reg_loss=False)
         self.object_linguistic_embeddings = object_linguistic_embedding(vl)
         self.vlbert = VisualLinguisticBert(vl, gradient_checkpointing=net.GRADIENT_CHECKPOINTING)
         weights = self.language_weights()

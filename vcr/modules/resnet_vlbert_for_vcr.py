@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from common.data.collate import TEXT_PAD
 from common.checkpoint import CheckpointError
 from common.errors import UserInputError
-from common.modeling.fast_rcnn import FastRCNN
+from common.modeling.image_encoder import build_image_encoder
 from common.modeling.nlp.heads import MVRCHeadTransform
 from common.modeling.nlp.modeling import init_bert_weights
 from common.modeling.nlp.time_distributed import TimeDistributed
@@ -16,7 +16,7 @@ from common.modeling.vlbert_module import (NUM_OBJECT_CLASSES, VLBertModule, ans
 
 
 class ResNetVLBERT(VLBertModule):
-    """Fast R-CNN RoI features + VL-BERT run once per choice + a per-choice score.
+    """Image encoder (Fast R-CNN or ViT) RoI features + VL-BERT run once per choice + a per-choice score.
 
     Batch (``vcr.data`` ``data_names``, Q2A; QA2R has rationale_* in the same places):
 
@@ -48,7 +48,7 @@ class ResNetVLBERT(VLBertModule):
         self.cnn_loss_top = net.CNN_LOSS_TOP
         self.object_linguistic_embeddings = None
         if not net.BLIND:
-            self.image_feature_extractor = FastRCNN(
+            self.image_feature_extractor = build_image_encoder(
                 cfg, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
                 enable_cnn_reg_loss=self.enable_cnn_reg_loss and not self.cnn_loss_top)
             self.object_linguistic_embeddings = object_linguistic_embedding(vl)

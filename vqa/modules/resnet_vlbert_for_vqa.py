@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from common.data.collate import TEXT_PAD
 from common.errors import UserInputError
-from common.modeling.fast_rcnn import FastRCNN
+from common.modeling.image_encoder import build_image_encoder
 from common.modeling.visual_linguistic_bert import VisualLinguisticBert
 from common.modeling.vlbert_module import (VLBertModule, answer_classifier, collect_obj_reps, object_linguistic_embedding,
                                   pack_text_pair, valid_text_mask)
@@ -76,8 +76,8 @@ class ResNetVLBERT(VLBertModule):
             raise ValueError("VQA needs NETWORK.VLBERT.object_word_embed_mode 2 (class-agnostic RoI embedding), "
                              "got {}".format(net.VLBERT.object_word_embed_mode))
         if not net.BLIND:  # as the reference: a blind model has no image parameters
-            self.image_feature_extractor = FastRCNN(cfg, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
-                                                    enable_cnn_reg_loss=net.ENABLE_CNN_REG_LOSS)
+            self.image_feature_extractor = build_image_encoder(cfg, average_pool=True, final_dim=net.IMAGE_FINAL_DIM,
+                                                               enable_cnn_reg_loss=net.ENABLE_CNN_REG_LOSS)
             self.object_linguistic_embeddings = object_linguistic_embedding(net.VLBERT)
         self.vlbert = VisualLinguisticBert(net.VLBERT, gradient_checkpointing=net.GRADIENT_CHECKPOINTING)
         weights = self.language_weights()
