@@ -6,7 +6,8 @@ from a file, a regular grid or a detector; optionally a Conceptual-Captions-styl
     python scripts/extract_features.py --box-source grid --grid 4x4 --image-root data/my_images --out ...
     python scripts/extract_features.py --box-source detector --detector-weights \
         model/pretrained_model/fasterrcnn_resnet50_fpn_v2_coco-dd69338a.pth --image-root data/my_images --out ...
-    common options: [--format json|tsv] [--cfg cfgs/vqa/base_4x16G_fp32.yaml] [--weights resnet101-pt-vgbua-0000.model]
+    common options: [--format json|tsv] [--cfg cfgs/vqa/base_4x16G_fp32.yaml] [--encoder resnet|vit]
+        [--weights resnet101-pt-vgbua-0000.model]
         [--captions captions.json [--index DATASET_PATH/train_frcnn.json]] [--device cuda] [--batch-size 8]
         [--max-skipped-share 0.01] [--opts KEY VALUE ...]
 
@@ -30,14 +31,15 @@ sorted, subfolders included), or those listed in ``--image-list`` (one path a li
 image that cannot be decoded is named in a warning and skipped; the summary counts them, and more than
 ``--max-skipped-share`` of the images (1%, pretraining's ``DATASET.MAX_SKIPPED_SHARE``) stops the run.
 
-Features come from the model's own image path (``common.modeling.fast_rcnn.FastRCNN`` as the end-to-end
-model runs it: the config's SCALES resize and pixel normalisation, ResNet res2-res4, RoI Align, res5,
-average pool), so they are the ``obj_reps_raw`` an end-to-end model with the same weights computes.
-The ResNet comes from the config (``NETWORK.IMAGE_NUM_LAYERS``, ``IMAGE_STRIDE_IN_1x1``,
-``IMAGE_C5_DILATED``) and its weights from ``--weights FILE`` (a whole-ResNet state dict such as the
-reference's ``resnet101-pt-vgbua-0000.model``) or ``NETWORK.IMAGE_PRETRAINED`` /
-``IMAGE_PRETRAINED_EPOCH``. The whole image is encoded as one more box (``image_box_feature`` in
-the JSON files; the TSV format has no field for it).
+Features come from the model's own image path, the encoder ``NETWORK.IMAGE_ENCODER`` names
+(``common.modeling.image_encoder``) as the end-to-end model runs it: the config's SCALES resize and pixel
+normalisation, then ResNet res2-res4, RoI Align, res5 and an average pool (``resnet``) or the ViT's patch
+map and RoI Align over it (``vit``), so they are the ``obj_reps_raw`` an end-to-end model with the same
+weights computes. The ResNet comes from the config (``NETWORK.IMAGE_NUM_LAYERS``, ``IMAGE_STRIDE_IN_1x1``,
+``IMAGE_C5_DILATED``), the ViT from ``NETWORK.IMAGE_VIT_ARCH`` / ``IMAGE_VIT_ARCH_KWARGS``; the weights from
+``--weights FILE`` (a whole-ResNet state dict such as the reference's ``resnet101-pt-vgbua-0000.model``, or
+a timm ViT ``.safetensors`` / ``.pth``) or ``NETWORK.IMAGE_PRETRAINED``. The whole image is encoded as one
+more box (``image_box_feature`` in the JSON files; the TSV format has no field for it).
 
 Output: ``--format json`` writes ``<out>/<image_id>.json`` (what VQA, RefCOCO+ and pretraining read);
 ``--format tsv`` writes the file ``<out>``. ``--captions captions.json`` (``{"<image path as in boxes.json or
@@ -65,7 +67,7 @@ from common.data.region_features import (RegionFeatures, feature_json_path, imag
 from common.data.skips import SkipCounter, read_or_skip  # noqa: E402
 from common.data.transforms import build_transforms  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
-from common.modeling.fast_rcnn import FastRCNN  # noqa: E402
+from common.modeling.image_encoder import build_image_encoder, switch_encoder_opts  # noqa: E402
 from vqa.task import TASK  # noqa: E402
 
 DEFAULT_CFG = os.path.join(ROOT, "cfgs", "vqa", "base_4x16G_fp32.yaml")
@@ -75,7 +77,7 @@ MAX_SKIPPED_SHARE = 0.01
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser("Extract region features with the project's ResNet")
+    parser = argparse.ArgumentParser("Extract region features with the project's image encoder")
     parser.add_argument("--box-source", choices=("file", "grid", "detector"), default="file",
                         help="where the boxes come from (default: file, --boxes)")
     parser.add_argument("--boxes", help="box source 'file': JSON list of {image_id, image, boxes}")
@@ -97,8 +99,11 @@ def parse_args(argv=None):
     parser.add_argument("--index", help="caption index to write (default: <out>/../train_frcnn.json)")
     parser.add_argument("--max-skipped-share", type=float, default=MAX_SKIPPED_SHARE,
                         help="share of undecodable images tolerated (default 0.01)")
-    parser.add_argument("--cfg", default=DEFAULT_CFG, help="config giving the ResNet, SCALES and PIXEL_MEANS/STDS")
-    parser.add_argument("--weights", help="ResNet state dict file (instead of NETWORK.IMAGE_PRETRAINED)")
+    parser.add_argument("--cfg", default=DEFAULT_CFG, help="config giving the image encoder, SCALES and PIXEL_MEANS/STDS")
+    parser.add_argument("--encoder", choices=("resnet", "vit"),
+                        help="image encoder instead of the config's NETWORK.IMAGE_ENCODER (the other encoder's keys "
+                        "go back to their defaults; set the ViT with --opts NETWORK.IMAGE_VIT_ARCH ...)")
+    parser.add_argument("--weights", help="image encoder weights file (instead of NETWORK.IMAGE_PRETRAINED)")
     parser.add_argument("--batch-size", type=int, default=8,
                         help="images per forward; consecutive images of one size only (no padding)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
@@ -170,20 +175,24 @@ def box_source(args):
 
 
 def build_extractor(args):
-    """``(FastRCNN in eval mode on args.device, test transform)`` from the config and weights."""
-    opts = list(args.opts) + ["NETWORK.IMAGE_FEAT_PRECOMPUTED", "false", "NETWORK.IMAGE_SEMANTIC", "false"]
+    """``(image encoder in eval mode on args.device, test transform)`` from the config (``NETWORK.IMAGE_ENCODER``,
+    ``common.modeling.image_encoder``) and weights."""
+    opts = switch_encoder_opts(TASK.defaults(), args.encoder) if args.encoder else []
+    opts += list(args.opts) + ["NETWORK.IMAGE_FEAT_PRECOMPUTED", "false", "NETWORK.IMAGE_SEMANTIC", "false"]
     if args.weights:
         opts += ["NETWORK.IMAGE_PRETRAINED", ""]
     cfg = TASK.load_config(args.cfg, opts)
-    model = FastRCNN(cfg)
+    model = build_image_encoder(cfg)
     if args.weights:
         if not os.path.isfile(args.weights):
             raise FileNotFoundError("--weights: '{}' does not exist".format(args.weights))
         model.pretrained_path = args.weights
     try:
         model.init_weight()
+    except UserInputError:
+        raise
     except (ValueError, RuntimeError) as e:  # a file of another network or another ResNet depth
-        raise UserInputError("ResNet weights '{}': {}".format(model.pretrained_path, e)) from None
+        raise UserInputError("image encoder weights '{}': {}".format(model.pretrained_path, e)) from None
     return model.eval().to(args.device), build_transforms(cfg, "test")
 
 
@@ -196,7 +205,7 @@ def extract(model, transform, images, boxes, device):
             which would change the features at the borders).
         boxes: float32 ``[N_i, 4]`` tensor per image, pixels of that image.
     Returns:
-        list of (float32 ``[N_i, C]``, float32 ``[C]``) numpy array pairs, C = the ResNet's res5 width.
+        list of (float32 ``[N_i, C]``, float32 ``[C]``) numpy array pairs, C = the encoder's ``feat_dim``.
     """
     samples = []
     for image, b in zip(images, boxes):

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+import timm
 import torch
 import torchvision
 from PIL import Image
@@ -176,3 +177,42 @@ def test_region_selection_keeps_confident_regions_between_the_bounds():
     assert select_regions(boxes, probs, min_boxes=1).tolist() == [0, 2]
     assert select_regions(boxes, probs, min_boxes=3).tolist() == [0, 2, 3]  # topped up by best score
     assert select_regions(boxes, probs, min_boxes=1, max_boxes=1).tolist() == [0]
+
+
+def test_vit_encoder_features_are_the_encoders_own(photos, tmp_path, capsys):
+    """--encoder vit: a ViTEncoder with the file's timm weights; the JSON features of grid boxes equal its
+    obj_reps_raw for the photo after the test transform."""
+    from common.modeling.vit_encoder import ViTEncoder
+    from tests.test_vit_encoder import ARCH, KWARGS
+
+    root, script = photos
+    torch.manual_seed(0)
+    vit = timm.create_model(ARCH, **KWARGS)
+    torch.save(vit.state_dict(), str(tmp_path / "vit.pth"))
+    argv = ["--image-root", str(root / "photos"), "--image-list", str(_list(tmp_path, "astronaut.jpg")),
+            "--encoder", "vit", "--weights", str(tmp_path / "vit.pth"), "--box-source", "grid", "--grid", "2x2",
+            "--out", str(tmp_path / "f"), "--device", "cpu", "--opts", "SCALES", "[48, 64]",
+            "NETWORK.IMAGE_VIT_ARCH", ARCH, "NETWORK.IMAGE_VIT_ARCH_KWARGS", repr([list(kv) for kv in KWARGS.items()])]
+    script.main(argv)
+    assert "features of 1 images" in capsys.readouterr().out
+    r = read_feature_json(str(tmp_path / "f" / "astronaut.json"))
+    assert r.features.shape == (5, KWARGS["embed_dim"])  # the grid's whole-image box and its 4 cells
+
+    encoder, transform = script.build_extractor(script.parse_args(argv))
+    assert isinstance(encoder, ViTEncoder)
+    torch.testing.assert_close(encoder.vit.patch_embed.proj.weight, vit.patch_embed.proj.weight, rtol=0, atol=0)
+    sample = transform({"image": Image.open(root / "photos" / "astronaut.jpg").convert("RGB"),
+                        "boxes": torch.cat((torch.tensor([[0.0, 0.0, 63.0, 63.0]]), grid_boxes(64, 64, 2, 2))),
+                        "im_info": torch.tensor([64.0, 64.0, 1.0, 1.0, 0.0])})
+    assert sample["image"].shape[1] == 48  # resized to the SCALES short side
+    with torch.no_grad():
+        out = encoder(sample["image"][None], sample["boxes"][None], torch.ones(1, 6, dtype=torch.bool),
+                      sample["im_info"][None])["obj_reps_raw"][0]
+    np.testing.assert_allclose(r.features, out[1:].numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(r.image_box_feature, out[0].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def _list(folder, *names):
+    path = folder / "images.txt"
+    path.write_text("\n".join(names) + "\n")
+    return path
