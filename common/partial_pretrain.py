@@ -124,7 +124,7 @@ def _is_backbone(key):
 
 
 def _by_prefix(keys):
-    """``{'vlbert': 40, 'final_mlp': 2}``: how many keys under each first name."""
+    """``{'vlbert': 40, 'image_feature_extractor': 2}``: how many keys under each first name."""
     counts = {}
     for k in keys:
         counts[k.split(".")[0]] = counts.get(k.split(".")[0], 0) + 1
@@ -136,7 +136,7 @@ def load_vlbert_backbone(model, path, prefix_changes=()):
 
     Pretraining, VCR (``vlbert._module.*``, renamed by :data:`BACKBONE_PREFIX_CHANGES`), VQA and RefCOCO+
     checkpoints share the names ``vlbert.*`` (embeddings, encoder), ``image_feature_extractor.*`` and
-    ``object_linguistic_embeddings.*``; task heads (``final_mlp.*``, the pretraining heads, the pooler) have no
+    ``object_linguistic_embeddings.*``; task heads (a task's classifier, the pretraining heads, the pooler) have no
     place in ``model`` and are ignored. Loaded through :func:`load_partial_pretrain` (``prefix_changes``, e.g.
     NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES, apply first).
 

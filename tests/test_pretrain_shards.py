@@ -222,7 +222,7 @@ def test_config_refuses_a_misspelt_grid_and_shard_keys_on_the_json_layout(tmp_pa
     from tests.conftest import load_task
 
     task, cfg = load_task("pretrain"), tp.cfg_path("base_prec_withouttextonly_4x16G_fp32.yaml")
-    with pytest.raises(UserInputError, match="DATASET.GRID_BOXES: expected ROWSxCOLS such as '4x4'"):
+    with pytest.raises(UserInputError, match="DATASET.GRID_BOXES: expected 'ROWSxCOLS'"):
         task.load_config(cfg, ["DATASET.GRID_BOXES", "4by4"])
     loaded = task.load_config(cfg, ["DATASET.GRID_BOXES", "2x2"])
     with pytest.raises(UserInputError, match="DATASET.GRID_BOXES is read by DATASET.DATASET 'cc_shards' only"):
@@ -281,7 +281,7 @@ def shard_opts(name, inputs, shards, extra=None, **entry_changes):
 
 
 @pytest.mark.slow
-def test_shards_train_through_the_entry_point_with_detector_output_and_with_grid_regions(
+def test_shards_train_through_the_entry_point_with_detector_output_and_with_grid_regions_resnet_and_vit(
         tmp_path, tiny_pretrain, shard_inputs):
     name = "base_prec_withouttextonly_4x16G_fp32.yaml"
     assert tp.train(tmp_path / "prec", name, shard_opts(name, tiny_pretrain, shard_inputs)) == 0
@@ -292,6 +292,12 @@ def test_shards_train_through_the_entry_point_with_detector_output_and_with_grid
     assert tp.train(tmp_path / "grid", name, opts) == 0
     log = vcr.log_text_in(tp.output_folder(tmp_path / "grid", name))
     assert "MLMAccWVC" in log and "MVRCAccuracy" not in log
+    # Pretraining without boxes: the ViT image encoder on grid regions of the shards' images.
+    from tests.test_vit_end2end import vit_opts
+    opts = shard_opts(name, tiny_pretrain, shard_inputs, grid, GRID_BOXES="2x2") + vit_opts("pretrain")
+    assert tp.train(tmp_path / "vit", name, opts + ["NETWORK.MASK_RAW_PIXELS", "false"]) == 0
+    state = load(tp.checkpoint_path(tmp_path / "vit", name, 0))["state_dict"]
+    assert any(k.startswith("image_feature_extractor.vit.") for k in state)
 
 
 @pytest.mark.slow

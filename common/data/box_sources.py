@@ -19,8 +19,8 @@ from common.safe_load import load_tensors
 
 from .loading import load_json
 
-__all__ = ["CONF_THRESH", "MAX_BOXES", "MIN_BOXES", "NMS_IOU", "DetectorBoxes", "grid_boxes", "parse_grid",
-           "read_box_list", "select_regions"]
+__all__ = ["CONF_THRESH", "GRID_PATTERN", "MAX_BOXES", "MIN_BOXES", "NMS_IOU", "DetectorBoxes", "grid_boxes",
+           "parse_grid", "read_box_list", "select_regions"]
 
 # Bottom-up-attention's selection (module docstring).
 CONF_THRESH = 0.2
@@ -31,7 +31,8 @@ MAX_BOXES = 100
 _CLS_SCORE = "roi_heads.box_predictor.cls_score.weight"
 # Mismatched keys named in an error, per kind.
 _SHOW_KEYS = 5
-_GRID = re.compile(r"\s*([1-9]\d*)\s*[xX]\s*([1-9]\d*)\s*")
+# A grid shape, 'ROWSxCOLS' with both >= 1 (--grid, DATASET.GRID_BOXES).
+GRID_PATTERN = re.compile(r"\s*([1-9]\d*)\s*[xX]\s*([1-9]\d*)\s*")
 
 
 def parse_grid(text, setting="--grid"):
@@ -42,7 +43,7 @@ def parse_grid(text, setting="--grid"):
     """
     if not text:
         return None
-    match = _GRID.fullmatch(text)
+    match = GRID_PATTERN.fullmatch(text)
     if match is None:
         raise UserInputError("{}: expected ROWSxCOLS such as '4x4', got {!r}".format(setting, text))
     return int(match.group(1)), int(match.group(2))
