@@ -8,7 +8,8 @@ from common.config import common_defaults, reference_api, task_rules
 from common.config.values import PROBABILITY, Rule, int_at_least
 from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 from common.modeling.vlbert_config import VLBERT_RULES, VLBERT_STATUS, add_vlbert_config
-from pretrain.data.caption_shards import GRID
+from common.data.box_sources import parse_grid
+from common.errors import UserInputError
 
 
 def pretrain_defaults():
@@ -57,13 +58,22 @@ def pretrain_defaults():
     return _C
 
 
+def _is_grid(value):
+    """``''`` or ``'ROWSxCOLS'`` with both >= 1 (``common.data.box_sources.parse_grid``)."""
+    try:
+        parse_grid(value, "DATASET.GRID_BOXES")
+    except (UserInputError, TypeError):
+        return False
+    return True
+
+
 # Valid values of the pretraining keys (common.config.values).
 VALUE_RULES = task_rules({
     "DATASET.SEQ_LEN": int_at_least(1),
     "DATASET.MIN_SEQ_LEN": int_at_least(0),
     "DATASET.MAX_SKIPPED_SHARE": PROBABILITY,
     "DATASET.SHUFFLE_BUFFER": int_at_least(1),
-    "DATASET.GRID_BOXES": Rule(lambda v, get: v == "" or GRID.match(v) is not None,
+    "DATASET.GRID_BOXES": Rule(lambda v, get: _is_grid(v),
                                lambda get: "'ROWSxCOLS' with both >= 1 (e.g. '4x4') or ''"),
     "NETWORK.VLBERT.visual_region_classes": int_at_least(1),
 }, (VLBERT_RULES,))
