@@ -104,7 +104,8 @@ for e in json.load(open(qa)):
     first.setdefault(e["image"], e["question"].strip())
 json.dump([{"image": image, "caption": question, "image_id": image_id_from_name(image)}
            for image, question in first.items()], open(captions, "w"), indent=1)
-cfg, run, defaults = VQA.load_config(cfg_file), VQA.load_config(run_cfg_file), PRETRAIN.defaults()
+cfg, run = VQA.load_config(cfg_file), VQA.load_config(run_cfg_file)
+attention = PRETRAIN.load_config("cfgs/pretrain/vis_attention_maps_demo.yaml").NETWORK.VLBERT
 opts = {"NETWORK.IMAGE_FEAT_PRECOMPUTED": False, "DATASET.ADD_IMAGE_AS_A_BOX": run.DATASET.ADD_IMAGE_AS_A_BOX,
         "NETWORK.BERT_MODEL_NAME": run.NETWORK.BERT_MODEL_NAME, "NETWORK.IMAGE_FINAL_DIM": run.NETWORK.IMAGE_FINAL_DIM,
         "SCALES": cfg.SCALES, "NETWORK.PIXEL_MEANS": cfg.NETWORK.PIXEL_MEANS,
@@ -121,7 +122,7 @@ else:
     opts["NETWORK.IMAGE_PRETRAINED"], opts["NETWORK.IMAGE_PRETRAINED_EPOCH"] = match[1], int(match[2])
 opts.update(("NETWORK." + k, cfg.NETWORK[k]) for k in keys)
 opts.update(("NETWORK.VLBERT." + k, v) for k, v in run.NETWORK.VLBERT.items()
-            if k in defaults.NETWORK.VLBERT and v != defaults.NETWORK.VLBERT[k])
+            if k in attention and k != "with_pooler" and v != attention[k])
 for key, value in opts.items():
     print(key)
     print(json.dumps(list(value) if isinstance(value, tuple) else value))
