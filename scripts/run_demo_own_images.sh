@@ -4,7 +4,8 @@
 #   2. the VQA v2-format files (scripts/own_vqa_data.py) and the answer vocabulary (scripts/build_vqa_answers.py)
 #   3. fine-tuning with NETWORK.PARTIAL_PRETRAIN (vqa/train_end2end.py)
 #   4. predictions for the test questions (vqa/test.py)
-#   5. attention maps: to come (see the marked step below)
+#   5. attention maps of the fine-tuned checkpoint (pretrain/vis_attention_maps.py), a photo's first question
+#      as its caption
 # Without PHOTOS and QA_JSON it runs on an example (scripts/own_images_example.py: the demo's photographs
 # and questions). Start it as scripts/run_demo.sh own [...], which sets up .venv and the MiniLM link that
 # the default config reads.
@@ -83,8 +84,54 @@ RUN="$(dirname "$(ls -t "$OUT"/output/*/*/"$(basename "$CFG" .yaml)"/*/config.ya
 CKPT="$(ls "$RUN"/*-best.model)"
 "$PY" vqa/test.py --cfg "$RUN/config.yaml" --ckpt "$CKPT" --result-path "$RUN/test_result" --result-name own
 
-# Step 5: attention maps. >>> TO BE WIRED: pretrain/vis_attention_maps.py (being written) on $RUN/config.yaml
-# and $CKPT, for the photos in $PHOTOS. <<<
+# Step 5: attention maps of the fine-tuned checkpoint on the photos (pretrain/vis_attention_maps.py), a photo's
+# first question as its caption, the step-1 boxes. The model runs end to end on the pixels: with the ResNet file
+# of step 1 and $CFG's image keys, SCALES and pixel normalisation it computes the features of step 1, and the
+# checkpoint gives its VL-BERT and obj_downsample; NETWORK.VLBERT, BERT_MODEL_NAME and IMAGE_FINAL_DIM come
+# from the run's config.
+ATTENTION=$RUN/attention
+mkdir -p "$ATTENTION"
+mapfile -t ATTENTION_OPTS < <("$PY" - "$QA" "$ATTENTION/captions.json" "$CFG" "$RUN/config.yaml" \
+    "$RESNET_WEIGHTS" <<'PYTHON'
+import json, re, sys
+sys.path.insert(0, ".")
+from common.data.region_features import image_id_from_name
+from pretrain.task import TASK as PRETRAIN
+from vqa.task import TASK as VQA
+qa, captions, cfg_file, run_cfg_file, weights = sys.argv[1:]
+first = {}
+for e in json.load(open(qa)):
+    first.setdefault(e["image"], e["question"].strip())
+json.dump([{"image": image, "caption": question, "image_id": image_id_from_name(image)}
+           for image, question in first.items()], open(captions, "w"), indent=1)
+cfg, run = VQA.load_config(cfg_file), VQA.load_config(run_cfg_file)
+attention = PRETRAIN.load_config("cfgs/pretrain/vis_attention_maps_demo.yaml").NETWORK.VLBERT
+opts = {"NETWORK.IMAGE_FEAT_PRECOMPUTED": False, "DATASET.ADD_IMAGE_AS_A_BOX": run.DATASET.ADD_IMAGE_AS_A_BOX,
+        "NETWORK.BERT_MODEL_NAME": run.NETWORK.BERT_MODEL_NAME, "NETWORK.IMAGE_FINAL_DIM": run.NETWORK.IMAGE_FINAL_DIM,
+        "SCALES": cfg.SCALES, "NETWORK.PIXEL_MEANS": cfg.NETWORK.PIXEL_MEANS,
+        "NETWORK.PIXEL_STDS": cfg.NETWORK.PIXEL_STDS, "NETWORK.IMAGE_ENCODER": cfg.NETWORK.IMAGE_ENCODER}
+if cfg.NETWORK.IMAGE_ENCODER == "vit":
+    keys = [k for k in cfg.NETWORK if k.startswith("IMAGE_VIT_")] + ["IMAGE_ATTN_FP32"]
+    opts["NETWORK.IMAGE_PRETRAINED"] = weights
+else:
+    keys = ["IMAGE_NUM_LAYERS", "IMAGE_C5_DILATED", "IMAGE_ROI_POOLED_SIZE", "IMAGE_STRIDE_IN_1x1"]
+    match = re.fullmatch(r"(.+)-(\d{4})\.model", weights)
+    if not match:
+        sys.exit("error: RESNET_WEIGHTS '{}' is not named PREFIX-EPOCH.model (e.g. resnet101-pt-vgbua-0000.model), "
+                 "as NETWORK.IMAGE_PRETRAINED / IMAGE_PRETRAINED_EPOCH need".format(weights))
+    opts["NETWORK.IMAGE_PRETRAINED"], opts["NETWORK.IMAGE_PRETRAINED_EPOCH"] = match[1], int(match[2])
+opts.update(("NETWORK." + k, cfg.NETWORK[k]) for k in keys)
+opts.update(("NETWORK.VLBERT." + k, v) for k, v in run.NETWORK.VLBERT.items()
+            if k in attention and k != "with_pooler" and v != attention[k])
+for key, value in opts.items():
+    print(key)
+    print(json.dumps(list(value) if isinstance(value, tuple) else value))
+PYTHON
+)
+[ "${#ATTENTION_OPTS[@]}" -gt 0 ] || { echo "error: step 5: no attention-map options" >&2; exit 1; }
+"$PY" pretrain/vis_attention_maps.py --cfg cfgs/pretrain/vis_attention_maps_demo.yaml --ckpt "$CKPT" \
+    --images "$PHOTOS" --captions "$ATTENTION/captions.json" --box-source features --box-file "$FEATURES" \
+    --out "$ATTENTION" --opts "${ATTENTION_OPTS[@]}"
 
 cat <<MSG
 
@@ -92,5 +139,7 @@ Own-images VQA done.
   data:         $OUT/vqa/ (questions, annotations, answers_vqa.txt), features in $FEATURES
   checkpoints:  $RUN/*.model
   predictions:  $RUN/test_result/own_vqa2_test2015.json ({"question_id", "answer"} per test question)
+  attention:    $RUN/attention/attention_probs/<photo>.npy ([layers, heads, tokens, tokens]; tokens, boxes and
+                caption in <photo>.json), maps in $RUN/attention/maps/<photo>/
   log + config: $RUN/*.log, $RUN/config.yaml
 MSG

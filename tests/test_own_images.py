@@ -7,6 +7,7 @@ import os
 import runpy
 import subprocess
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,7 +16,7 @@ from pretrain.task import TASK as PRETRAIN_TASK
 from tests.pretrain_fixtures import tokenizer
 from tests.test_vqa_features import load_script
 from tests.tiny_vcr import HIDDEN, SPECIAL_TOKENS, _bert_folder
-from vqa.data.vqa import VQADataset
+from vqa.data.vqa import FEATURE_FOLDERS, PRECOMPUTED_ROOT, VQADataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_SIDE = 96  # the example's photographs shrunk: a random ResNet-50 encodes them in seconds
@@ -111,3 +112,23 @@ def test_the_whole_chain_from_photos_to_predictions(tmp_path):
     test_ids = [i + 1 for i, e in enumerate(json.load(open(qa))) if e["split"] == "test"]
     assert sorted(p["question_id"] for p in predictions) == test_ids
     assert "Own-images VQA done." in result.stdout
+    # Step 5: attention maps of the fine-tuned checkpoint, its VL-BERT and obj_downsample loaded, the ResNet from
+    # the step-1 file (no random-init warning), one .npy per photo whose rows are distributions, and the PNGs.
+    ckpt = glob.glob(os.path.join(run, "*-best.model"))[0]
+    loaded = next(line for line in result.stdout.splitlines() if line.startswith(ckpt + ": loaded"))
+    assert "vlbert.* " in loaded and "image_feature_extractor.* 2" in loaded, loaded
+    assert "RandomInitWarning" not in result.stderr and "keeps its random" not in result.stderr
+    attention = os.path.join(run, "attention")
+    photo_ids = sorted({os.path.splitext(e["image"])[0] for e in json.load(open(qa))})
+    probs_dir = os.path.join(attention, "attention_probs")
+    assert sorted(n[:-4] for n in os.listdir(probs_dir) if n.endswith(".npy")) == photo_ids
+    for photo in photo_ids:
+        probs = np.load(os.path.join(probs_dir, photo + ".npy"))
+        record = json.load(open(os.path.join(probs_dir, photo + ".json")))
+        features = json.load(open(os.path.join(out, PRECOMPUTED_ROOT, FEATURE_FOLDERS["36"][0], photo + ".json")))
+        num_tokens = len(record["tokens"])
+        assert probs.shape == (2, 2, num_tokens, num_tokens)
+        np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-4)
+        assert record["regions"][1] - record["regions"][0] == features["num_boxes"] + 1  # + the whole image
+        assert glob.glob(os.path.join(attention, "maps", photo, "*.png"))
+    assert "attention maps of {} item(s); 0 skipped".format(len(photo_ids)) in result.stdout
