@@ -109,17 +109,13 @@ attention = PRETRAIN.load_config("cfgs/pretrain/vis_attention_maps_demo.yaml").N
 opts = {"NETWORK.IMAGE_FEAT_PRECOMPUTED": False, "DATASET.ADD_IMAGE_AS_A_BOX": run.DATASET.ADD_IMAGE_AS_A_BOX,
         "NETWORK.BERT_MODEL_NAME": run.NETWORK.BERT_MODEL_NAME, "NETWORK.IMAGE_FINAL_DIM": run.NETWORK.IMAGE_FINAL_DIM,
         "SCALES": cfg.SCALES, "NETWORK.PIXEL_MEANS": cfg.NETWORK.PIXEL_MEANS,
-        "NETWORK.PIXEL_STDS": cfg.NETWORK.PIXEL_STDS, "NETWORK.IMAGE_ENCODER": cfg.NETWORK.IMAGE_ENCODER}
-if cfg.NETWORK.IMAGE_ENCODER == "vit":
-    keys = [k for k in cfg.NETWORK if k.startswith("IMAGE_VIT_")] + ["IMAGE_ATTN_FP32"]
-    opts["NETWORK.IMAGE_PRETRAINED"] = weights
-else:
-    keys = ["IMAGE_NUM_LAYERS", "IMAGE_C5_DILATED", "IMAGE_ROI_POOLED_SIZE", "IMAGE_STRIDE_IN_1x1"]
-    match = re.fullmatch(r"(.+)-(\d{4})\.model", weights)
-    if not match:
-        sys.exit("error: RESNET_WEIGHTS '{}' is not named PREFIX-EPOCH.model (e.g. resnet101-pt-vgbua-0000.model), "
-                 "as NETWORK.IMAGE_PRETRAINED / IMAGE_PRETRAINED_EPOCH need".format(weights))
-    opts["NETWORK.IMAGE_PRETRAINED"], opts["NETWORK.IMAGE_PRETRAINED_EPOCH"] = match[1], int(match[2])
+        "NETWORK.PIXEL_STDS": cfg.NETWORK.PIXEL_STDS}
+keys = ["IMAGE_NUM_LAYERS", "IMAGE_C5_DILATED", "IMAGE_ROI_POOLED_SIZE", "IMAGE_STRIDE_IN_1x1"]
+match = re.fullmatch(r"(.+)-(\d{4})\.model", weights)
+if not match:
+    sys.exit("error: RESNET_WEIGHTS '{}' is not named PREFIX-EPOCH.model (e.g. resnet101-pt-vgbua-0000.model), "
+             "as NETWORK.IMAGE_PRETRAINED / IMAGE_PRETRAINED_EPOCH need".format(weights))
+opts["NETWORK.IMAGE_PRETRAINED"], opts["NETWORK.IMAGE_PRETRAINED_EPOCH"] = match[1], int(match[2])
 opts.update(("NETWORK." + k, cfg.NETWORK[k]) for k in keys)
 opts.update(("NETWORK.VLBERT." + k, v) for k, v in run.NETWORK.VLBERT.items()
             if k in attention and k != "with_pooler" and v != attention[k])
