@@ -10,7 +10,8 @@ import torch
 from tests.conftest import ROOT
 
 EXPECTED_REQUIREMENTS = ["torch", "torchvision", "yacs", "tensorboardX", "numpy", "pillow", "pyyaml", "tqdm",
-                         "safetensors", "pytorch-pretrained-bert", "scikit-image", "matplotlib", "timm"]
+                         "safetensors", "pytorch-pretrained-bert", "scikit-image", "matplotlib", "timm", "lmdb",
+                         "webdataset"]
 
 
 def test_check_env_names_torch_and_every_requirement_with_its_version():
