@@ -11,7 +11,8 @@ loads ``--batches`` training batches through the real loader (``common.data.buil
 demo config's transform, sampler and collate) and reports items/s and MB/s (stored bytes read per item x
 items/s; the loader's start, workers included, is timed). Then the demo VCR config trains ``--step-items``
 items through ``vcr/train_end2end.py`` (2 workers) from each storage, the pretraining demo its captions
-from folders and shards, and the data share of a step is the log's ``Data`` time over the sum of its phases (``common.events.PHASES``), as ``bench/vqa_demo.py`` reads it.
+(all of them) from folders, LMDB and shards, and the data share of a step is the log's ``Data`` time over
+the sum of its phases (``common.events.PHASES``), as ``bench/vqa_demo.py`` reads it.
 
 A new storage is one entry of :data:`STORAGES` (name -> a function preparing it and returning its ``DATASET`` keys,
 or None for a data set it cannot hold).
@@ -75,8 +76,9 @@ def shard_keys(path, folders):
     """Caption pretraining only: the demo captions as tar shards of 50 samples."""
     if "train_frcnn" not in dict(folders):
         return None
-    pattern = convert_cc_shards.to_shards(path, "train", os.path.join(path, "shards"), per_shard=50)
-    return {"DATASET_PATH": path, "DATASET": "cc_shards", "TRAIN_SHARDS": os.path.join("shards", pattern)}
+    train, val = (os.path.join("shards", convert_cc_shards.to_shards(path, split, os.path.join(path, "shards"),
+                                                                      per_shard=50)) for split in ("train", "val"))
+    return {"DATASET_PATH": path, "DATASET": "cc_shards", "TRAIN_SHARDS": train, "VAL_SHARDS": val}
 
 
 # Storage name -> function(data path, folders of DATASETS) preparing the storage and returning its DATASET keys.
@@ -196,7 +198,7 @@ def main():
     if args.step_items:
         print("\n| data | storage | data share of the demo step (2 workers) |\n| --- | --- | --- |")
         for (name, storage), storage_keys in keys.items():
-            if name == "vcr" or storage in ("folder", "shards"):
+            if name == "vcr" or storage != "zip":
                 share = step_share(name, paths[name], storage_keys, args.step_items, os.path.abspath(args.work))
                 print("| {} | {} | {:.1%} |".format(name, storage, share), flush=True)
 
