@@ -88,3 +88,18 @@ def test_rules_name_existing_keys(task):
     shared = {key for key, _ in leaf_keys(common_defaults())}
     assert set(SHARED_RULES) <= shared
     assert set(module.VALUE_RULES) - set(SHARED_RULES) <= keys
+
+
+def test_a_rule_reading_another_key_reads_it_in_the_same_dataset_list_entry(tmp_path, capsys):
+    """DATASET.LMDB_MODE reads DATASET.ZIP_MODE: in a DATASET list, of its own entry (not a crash on the list)."""
+    from pretrain.task import TASK as PRETRAIN_TASK
+    path = tmp_path / "cfg.yaml"
+    path.write_text("DATASET:\n- DATASET: conceptual_captions\n  LMDB_MODE: true\n"
+                    "- DATASET: conceptual_captions\n  ZIP_MODE: true\n")
+    cfg = PRETRAIN_TASK.load_config(str(path))
+    assert [(d.LMDB_MODE, d.ZIP_MODE) for d in cfg.DATASET] == [(True, False), (False, True)]
+    path.write_text("DATASET:\n- DATASET: conceptual_captions\n- DATASET: conceptual_captions\n"
+                    "  ZIP_MODE: true\n  LMDB_MODE: true\n")
+    code, lines = _run(capsys, PRETRAIN, ["--cfg", str(path), "--model-dir", str(tmp_path / "out")])
+    assert (code, lines) == (2, ["error: {}:5: DATASET[1].LMDB_MODE: expected false when DATASET.ZIP_MODE is true "
+                                 "(one storage at a time), got True".format(path)])

@@ -132,10 +132,25 @@ def _leaves(node, prefix=""):
             yield prefix + k, prefix + k, v
 
 
-def _get(cfg, key):
+def _get(cfg, key, entry=None):
+    """The value of dotted ``key``; ``DATASET.X`` of a DATASET list is read from its entry ``entry``."""
+    if entry is not None and key.startswith("DATASET."):
+        cfg, key = cfg.DATASET[entry], key[len("DATASET."):]
     for part in key.split("."):
         cfg = cfg[part]
     return cfg
+
+
+def _entry(name):
+    """``1`` for ``DATASET[1].X`` (a DATASET list entry's leaf), None otherwise."""
+    return int(name[len("DATASET["):name.index("]")]) if name.startswith("DATASET[") else None
+
+
+def _name_in_entry(key, entry):
+    """The leaf name of dotted ``key`` as :func:`_leaves` gives it, within DATASET entry ``entry``."""
+    if entry is not None and key.startswith("DATASET."):
+        return "DATASET[{}].{}".format(entry, key[len("DATASET."):])
+    return key
 
 
 def value_errors(cfg, rules, sources):
@@ -155,10 +170,11 @@ def value_errors(cfg, rules, sources):
         rule = rules.get(rule_key)
         if rule is None:
             continue
-        where = [sources[k] for k in (name,) + rule.reads if k in sources]
+        entry = _entry(name)
+        where = [sources[k] for k in (name,) + tuple(_name_in_entry(r, entry) for r in rule.reads) if k in sources]
         if not where:
             continue
-        get = lambda key: _get(cfg, key)  # noqa: E731
+        get = lambda key: _get(cfg, key, entry)  # noqa: E731
         if not rule.ok(value, get):
             errors.append("{}: {}: expected {}, got {!r}".format(where[0], name, rule.expected(get), value))
     return errors
