@@ -51,7 +51,8 @@ def zip_folder(folder, archive, with_name):
 
 # Each data set: (task, config, its folders with whether a zip of it holds the folder's name).
 DATASETS = {"vcr": ("vcr", VCR_CFG, [("vcr1images", True)]),
-            "captions": ("pretrain", CAPTIONS_CFG, [("train_image", False), ("train_frcnn", False)])}
+            "captions": ("pretrain", CAPTIONS_CFG, [(split + kind, False) for split in ("train_", "val_")
+                                                    for kind in ("image", "frcnn")])}
 
 
 def folder_keys(path, folders):
