@@ -327,3 +327,27 @@ def test_training_from_lmdb_equals_training_from_folders(tmp_path_factory, tiny_
     assert any("Loss" in tag for tag in scalars) and any("Val" in tag for tag in scalars)
     assert scalars == lmdb_scalars  # losses, accuracies, LR, loss scale, gradient norms
     assert weights.keys() == lmdb_weights.keys() and all(torch.equal(weights[k], lmdb_weights[k]) for k in weights)
+
+
+@pytest.mark.slow
+def test_pretraining_from_lmdb_stores_equals_folders_through_the_entry_point(tiny_pretrain, tmp_path):
+    """Pretraining (images, detector files, the text corpus) through pretrain/train_end2end.py from LMDB stores
+    packed by the real script ends with the same weights as from the folders, bit for bit."""
+    import shutil
+    from tests import tiny_pretrain as tp
+    from tests.faults import harness
+
+    name = "base_e2e_16x16G_fp16.yaml"
+    stored = str(tmp_path / "cc")
+    shutil.copytree(tiny_pretrain.captions, stored)
+    for folder in ("train_image", "train_frcnn", "val_image", "val_frcnn"):
+        pack_folder(os.path.join(stored, folder), root=os.path.join(stored, folder))
+    entries = tp.datasets(name, tiny_pretrain)
+    for entry in entries:
+        if entry["DATASET"] == "conceptual_captions":
+            entry.update(DATASET_PATH=stored, LMDB_MODE=True)
+    assert tp.train(tmp_path / "folders", name, tp.opts(name, tiny_pretrain)) == 0
+    assert tp.train(tmp_path / "lmdb", name, tp.opts(name, tiny_pretrain, {"DATASET": entries})) == 0
+    states = [harness.training_state(tp.checkpoint_path(tmp_path / run, name, 0))["state_dict"]
+              for run in ("folders", "lmdb")]
+    harness.assert_same(states[1], states[0], "state_dict")
