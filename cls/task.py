@@ -23,6 +23,7 @@ class ClsTask(Task):
     models = MODELS
     host_metric_name = "Acc"
     value_rules = VALUE_RULES
+    onnx_refusal = None
     check_config = staticmethod(check_config)
 
     def defaults(self):

@@ -10,6 +10,7 @@ The exporter is ``torch.onnx.export(dynamo=True)`` (``torch.export`` + onnxscrip
 graph valid for one input only. Under ``torch.export`` the models size such tensors by the inputs' padded
 shapes (:func:`common.modeling.module.exporting`).
 """
+import importlib.util
 import os
 import warnings
 from typing import Callable, Dict, NamedTuple, Sequence, Tuple
@@ -68,6 +69,18 @@ class NamedOutputs(torch.nn.Module):
             args.insert(position, self.fixed[position])
         outputs = self.model.inference_forward(*args)
         return tuple(outputs[n] for n in self.names)
+
+
+def check_packages():
+    """Stop with the install command when onnx, onnxruntime or onnxscript is missing (requirements-export.txt).
+
+    Raises:
+        UserInputError: names the missing packages.
+    """
+    missing = [name for name in ("onnx", "onnxruntime", "onnxscript") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UserInputError("the ONNX export needs {} (pip install -r requirements-export.txt)".format(
+            ", ".join(missing)))
 
 
 def check_opset(opset):

@@ -59,8 +59,8 @@ class Task:
             config is read (:func:`common.config.task_rules` adds the task's keys to the shared ones).
         partial_pretrain_key: dotted config key that the ``--partial-pretrain`` flag sets; None: the task
             takes no such file, and the flag stops the run with an error.
-        onnx_refusal: why ``scripts/export.py --format onnx`` refuses the task (a task that exports
-            overrides :meth:`onnx_graph` instead).
+        onnx_refusal: why ``scripts/export.py --format onnx`` refuses the task, checked before anything is
+            loaded; None for a task that defines :meth:`onnx_graph`.
     """
     name: str = ""
     models: Optional[Registry] = None
@@ -68,7 +68,7 @@ class Task:
     find_unused_parameters: bool = False
     value_rules: dict = SHARED_RULES
     partial_pretrain_key: Optional[str] = None
-    onnx_refusal: str = "it declares no ONNX graph (Task.onnx_graph)"
+    onnx_refusal: Optional[str] = "it declares no ONNX graph (Task.onnx_graph)"
 
     def defaults(self):
         """The task's config defaults as a fresh mutable ``CfgNode``."""
@@ -168,10 +168,9 @@ class Task:
         ``cfg``, weights loaded, eval mode).
 
         Raises:
-            common.onnx_export.ExportRefused: default, with :attr:`onnx_refusal`; a task also raises it for a
-                config it cannot export.
+            common.onnx_export.ExportRefused: default, with :attr:`onnx_refusal`.
         """
-        raise ExportRefused(self.name, self.onnx_refusal)
+        raise ExportRefused(self.name, self.onnx_refusal or "it declares no ONNX graph (Task.onnx_graph)")
 
     def handoff_files(self, cfg):
         """The files a hand-off folder (:mod:`common.handoff`) holds besides the weights and ``config.yaml``, so

@@ -26,7 +26,8 @@ from common.data.build import DATASETS  # noqa: E402
 from common.engine import load_for_inference  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
 from common.handoff import CONFIG_FILE, handoff_config, is_handoff, write_handoff  # noqa: E402
-from common.onnx_export import DEFAULT_OPSET, TOLERANCE, check_onnx, check_opset, export_onnx  # noqa: E402
+from common.onnx_export import (DEFAULT_OPSET, TOLERANCE, ExportRefused, check_onnx, check_opset,  # noqa: E402
+                                check_packages, export_onnx)
 from common.task import get_task  # noqa: E402
 
 TASK_PACKAGES = ("vcr", "vqa", "pretrain", "refcoco", "cls")
@@ -99,7 +100,10 @@ def main(argv=None):
         importlib.import_module(package + ".task")
     if args.format == "onnx":
         check_opset(args.opset)
+        check_packages()
     task, cfg = load_config(args)
+    if args.format == "onnx" and task.onnx_refusal:
+        raise ExportRefused(task.name, task.onnx_refusal)
     model = load_for_inference(task, cfg, args.ckpt, "cpu")
     if args.format == "safetensors":
         for path in write_handoff(args.out, task, cfg, model):

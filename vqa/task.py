@@ -57,6 +57,7 @@ class VQATask(VLBertTask):
     models = MODELS
     host_metric_name = "SoftAcc"
     value_rules = VALUE_RULES
+    onnx_refusal = None
 
     defaults = staticmethod(vqa_defaults)
 
