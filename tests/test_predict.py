@@ -1,0 +1,150 @@
+"""The predictor (common/predict.py) and scripts/predict.py on tiny trained checkpoints: a prediction equals what
+the task's test.py / val.py computes for the same item of a tiny data set, batching changes nothing, bad inputs
+give one clear UserInputError (the script: an ``error:`` line, exit 2)."""
+import json
+import os
+
+import pytest
+import torch
+
+from common.data.build import make_dataloader
+from common.engine import load_for_inference
+from common.errors import UserInputError
+from common.evaluation import DatasetEvaluator, inference_on_dataset
+from common.predict import Predictor
+from tests import tiny_vqa
+from tests.conftest import ROOT
+from tests.tiny_vcr import run_script
+
+VQA_CFG = tiny_vqa.CFGS["base_4x16G_fp32"]
+# The encoder of the tiny precomputed features: a random ResNet-50 (2048-d, what VQA's reader checks) on
+# small images.
+FEATURE_OPTS = ["NETWORK.IMAGE_NUM_LAYERS", "50", "SCALES", "[48, 64]"]
+
+
+class _Logits(DatasetEvaluator):
+    """Every batch's outputs of one name, concatenated in loader order."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def reset(self):
+        self.rows = []
+
+    def process(self, inputs, outputs):
+        self.rows.append(outputs[self.name].float().cpu())
+
+    def evaluate(self):
+        return torch.cat(self.rows)
+
+
+def _feature_folder(inputs, split):
+    return os.path.join(inputs.coco, "vgbua_res101_precomputed", tiny_vqa.FEATURE_FOLDERS[split])
+
+
+@pytest.fixture(scope="module")
+def vqa_run(tmp_path_factory):
+    """A tiny VQA model trained on features that scripts/extract_features.py made from the tiny images with a
+    random ResNet-50 (boxes from a file), and its test.py JSON. Returns a dict of paths and opts."""
+    from bench.smoke_paper_config import random_resnet_file
+    from common.data.region_features import read_feature_json
+
+    root = tmp_path_factory.mktemp("predict_vqa")
+    inputs = tiny_vqa.make_inputs(root)
+    tiny_vqa.write_images(inputs)
+    random_resnet_file(str(root / "resnet50"), 50)
+    weights = str(root / "resnet50-0000.model")
+    entries = {}
+    for image_id, (split, _) in tiny_vqa.IMAGES.items():
+        regions = read_feature_json(os.path.join(_feature_folder(inputs, split), "{}.json".format(image_id)))
+        image = "{0}/COCO_{0}_{1:012d}.jpg".format(split, image_id)
+        entries.setdefault(split, []).append({"image_id": image_id, "image": image, "boxes": regions.boxes.tolist()})
+    for split, listed in entries.items():
+        boxes = root / "boxes_{}.json".format(split)
+        boxes.write_text(json.dumps(listed))
+        assert run_script(os.path.join(ROOT, "scripts", "extract_features.py"), [
+            "--boxes", str(boxes), "--image-root", inputs.coco, "--out", _feature_folder(inputs, split),
+            "--cfg", VQA_CFG, "--weights", weights, "--device", "cpu", "--opts"] + FEATURE_OPTS) in (0, None)
+    opts = inputs.opts() + FEATURE_OPTS
+    model_dir = root / "model"
+    assert tiny_vqa.run_entry("train_end2end.py", ["--cfg", VQA_CFG, "--model-dir", str(model_dir),
+                                                   "--opts"] + opts) == 0
+    ckpt = os.path.join(tiny_vqa.output_folder(model_dir, "base_4x16G_fp32"), "vl-bert_base_res101_vqa-0000.model")
+    assert tiny_vqa.run_entry("test.py", ["--cfg", VQA_CFG, "--ckpt", ckpt, "--result-path", str(root / "res"),
+                                          "--opts"] + opts) == 0
+    return dict(root=root, inputs=inputs, opts=opts, ckpt=ckpt, weights=weights,
+                test_json=str(root / "res" / "base_4x16G_fp32_vqa2_test2015.json"),
+                box_files=[str(root / "boxes_{}.json".format(s)) for s in entries])
+
+
+@pytest.fixture(scope="module")
+def vqa_predictor(vqa_run):
+    return Predictor.from_checkpoint(VQA_CFG, vqa_run["ckpt"], opts=vqa_run["opts"],
+                                     feature_weights=vqa_run["weights"],
+                                     box_source={"kind": "file", "box_files": vqa_run["box_files"]})
+
+
+def _test_questions(vqa_run):
+    coco = vqa_run["inputs"].coco
+    return [{"image": os.path.join(coco, "test2015", "COCO_test2015_{:012d}.jpg".format(i)), "question": q}
+            for _, i, q, _ in tiny_vqa.QUESTIONS["test2015"]]
+
+
+def test_vqa_predictions_equal_test_py_answers_and_the_data_sets_scores(vqa_run, vqa_predictor):
+    questions = _test_questions(vqa_run)
+    results = vqa_predictor(questions, topk=3)
+    written = json.load(open(vqa_run["test_json"]))
+    assert [r["predictions"][0]["label"] for r in results] == [w["answer"] for w in written]
+    # The scores: the sigmoid (ANS_LOSS_TYPE bce) of the logits test.py's loop computes on the data set.
+    cfg = vqa_predictor.cfg
+    model = load_for_inference(vqa_predictor.task, cfg, vqa_run["ckpt"], torch.device("cpu"))
+    logits = inference_on_dataset(model, make_dataloader(cfg, "test"), _Logits("label_logits"))
+    expected = torch.sigmoid(logits)
+    for r, row in zip(results, expected):
+        top = torch.sort(row, descending=True, stable=True)
+        assert [p["index"] for p in r["predictions"]] == top.indices[:3].tolist()
+        assert [p["score"] for p in r["predictions"]] == pytest.approx(top.values[:3].tolist(), abs=1e-6)
+        assert [p["label"] for p in r["predictions"]] == [tiny_vqa.ANSWERS[i] for i in top.indices[:3].tolist()]
+    # The boxes used: the whole image, then the file's boxes of the image.
+    assert results[0]["boxes"][0] == [0.0, 0.0, 39.0, 29.0] and len(results[0]["boxes"]) == 1 + 3
+
+
+def test_three_inputs_in_one_call_equal_three_calls(vqa_run, vqa_predictor):
+    questions = _test_questions(vqa_run)[:3]
+    together = vqa_predictor(questions)
+    alone = [vqa_predictor(q)[0] for q in questions]
+    for a, b in zip(together, alone):
+        assert [p["index"] for p in a["predictions"]] == [p["index"] for p in b["predictions"]]
+        assert [p["score"] for p in a["predictions"]] == pytest.approx([p["score"] for p in b["predictions"]],
+                                                                      abs=1e-6)
+
+
+def test_bad_vqa_inputs_are_named(vqa_run, vqa_predictor, tmp_path):
+    image = _test_questions(vqa_run)[0]["image"]
+    (tmp_path / "notes.jpg").write_text("not an image")
+    with pytest.raises(UserInputError, match=r"notes\.jpg: not an image"):
+        vqa_predictor({"image": str(tmp_path / "notes.jpg"), "question": "what?"})
+    with pytest.raises(UserInputError, match=r"'question' must be non-empty text"):
+        vqa_predictor({"image": image, "question": "  "})
+    with pytest.raises(UserInputError, match=r"'question' is missing"):
+        vqa_predictor({"image": image})
+    kept = vqa_predictor([{"image": image, "question": ""}, {"image": image, "question": "how many?"}], strict=False)
+    assert "error" in kept[0] and "predictions" not in kept[0] and kept[1]["predictions"]
+
+
+def test_precomputed_model_without_feature_weights_names_the_flag(vqa_run):
+    with pytest.raises(UserInputError, match=r"--feature-weights"):
+        Predictor.from_checkpoint(VQA_CFG, vqa_run["ckpt"], opts=vqa_run["opts"])
+
+
+def test_answer_vocabulary_that_does_not_match_the_checkpoint(vqa_run, tmp_path):
+    answers = tmp_path / "answers.txt"
+    answers.write_text("\n".join(tiny_vqa.ANSWERS[:-1] + ["maybe"]) + "\n")  # same size, another answer
+    opts = vqa_run["opts"] + ["DATASET.ANSWER_VOCAB_FILE", str(answers)]
+    with pytest.raises(UserInputError, match=r"answers\.txt: its 7 answers are not the 7 .* line 7"):
+        Predictor.from_checkpoint(VQA_CFG, vqa_run["ckpt"], opts=opts, feature_weights=vqa_run["weights"])
+    answers.write_text("\n".join(tiny_vqa.ANSWERS + ["maybe"]) + "\n")
+    opts = vqa_run["opts"] + ["DATASET.ANSWER_VOCAB_FILE", str(answers), "DATASET.ANSWER_VOCAB_SIZE", "8"]
+    with pytest.raises(UserInputError, match=r"classifier has 7 answers, but the config's DATASET.ANSWER_VOCAB_SIZE "
+                                             r"is 8"):
+        Predictor.from_checkpoint(VQA_CFG, vqa_run["ckpt"], opts=opts, feature_weights=vqa_run["weights"])
