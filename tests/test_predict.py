@@ -38,6 +38,14 @@ class _Logits(DatasetEvaluator):
         return torch.cat(self.rows)
 
 
+def _assert_same_predictions(results, expected, key="predictions"):
+    """Same labels and indices in the same order, scores within 1e-6."""
+    assert len(results) == len(expected)
+    for a, b in zip(results, expected):
+        assert [(p["label"], p["index"]) for p in a[key]] == [(p["label"], p["index"]) for p in b[key]]
+        assert [p["score"] for p in a[key]] == pytest.approx([p["score"] for p in b[key]], abs=1e-6)
+
+
 def _feature_folder(inputs, split):
     return os.path.join(inputs.coco, "vgbua_res101_precomputed", tiny_vqa.FEATURE_FOLDERS[split])
 
@@ -111,12 +119,7 @@ def test_vqa_predictions_equal_test_py_answers_and_the_data_sets_scores(vqa_run,
 
 def test_three_inputs_in_one_call_equal_three_calls(vqa_run, vqa_predictor):
     questions = _test_questions(vqa_run)[:3]
-    together = vqa_predictor(questions)
-    alone = [vqa_predictor(q)[0] for q in questions]
-    for a, b in zip(together, alone):
-        assert [p["index"] for p in a["predictions"]] == [p["index"] for p in b["predictions"]]
-        assert [p["score"] for p in a["predictions"]] == pytest.approx([p["score"] for p in b["predictions"]],
-                                                                      abs=1e-6)
+    _assert_same_predictions(vqa_predictor(questions), [vqa_predictor(q)[0] for q in questions])
 
 
 def test_bad_vqa_inputs_are_named(vqa_run, vqa_predictor, tmp_path):
@@ -148,3 +151,59 @@ def test_answer_vocabulary_that_does_not_match_the_checkpoint(vqa_run, tmp_path)
     with pytest.raises(UserInputError, match=r"classifier has 7 answers, but the config's DATASET.ANSWER_VOCAB_SIZE "
                                              r"is 8"):
         Predictor.from_checkpoint(VQA_CFG, vqa_run["ckpt"], opts=opts, feature_weights=vqa_run["weights"])
+
+
+@pytest.fixture(scope="module")
+def cls_run(tmp_path_factory):
+    """A tiny ViT trained 2 steps on the cls demo data (scripts/make_cls_demo_data.py) and its cls/test.py CSV."""
+    import csv
+    import glob
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import make_cls_demo_data
+    from tests.test_cls import TINY_VIT
+
+    root = tmp_path_factory.mktemp("predict_cls")
+    data = make_cls_demo_data.write(str(root / "data"), train=15, test=10)
+    cfg = os.path.join(ROOT, "cfgs", "cls", "demo_cpu.yaml")
+    opts = TINY_VIT + ["DATASET.DATASET", "cifar10", "DATASET.DATASET_PATH", data, "NETWORK.NUM_CLASSES", "10",
+                       "NUM_WORKERS_PER_GPU", "0", "TRAIN.END_EPOCH", "1", "TRAIN.BATCH_IMAGES", "8",
+                       "VAL.BATCH_IMAGES", "5", "TEST.BATCH_IMAGES", "5", "TRAIN.WARMUP_STEPS", "1"]
+    assert run_script(os.path.join(ROOT, "cls", "train_end2end.py"),
+                      ["--cfg", cfg, "--model-dir", str(root), "--opts"] + opts) in (0, None)
+    ckpt = glob.glob(str(root / "output" / "cls" / "demo_cpu" / "train_train" / "*-0000.model"))[0]
+    assert run_script(os.path.join(ROOT, "cls", "test.py"), ["--cfg", cfg, "--ckpt", ckpt, "--result-path",
+                                                              str(root / "res"), "--opts"] + opts) in (0, None)
+    with open(glob.glob(str(root / "res" / "*.csv"))[0]) as f:
+        rows = list(csv.DictReader(f))
+    return dict(cfg=cfg, ckpt=ckpt, opts=opts, rows=rows, data=data, names=make_cls_demo_data.NAMES)
+
+
+def test_cls_predictions_equal_test_py_csv_and_the_data_sets_probabilities(cls_run):
+    from cls.data.datasets import CIFAR10
+
+    predictor = Predictor.from_checkpoint(cls_run["cfg"], cls_run["ckpt"], opts=cls_run["opts"])
+    test = CIFAR10(cls_run["data"], "test", None)
+    results = predictor([{"image": test.images[i]} for i in range(len(test))])
+    assert [r["predictions"][0]["label"] for r in results] == [row["predicted"] for row in cls_run["rows"]]
+    assert ["|".join(p["label"] for p in r["predictions"]) for r in results] == [row["top5"] for row in cls_run["rows"]]
+    # Class names come from the run folder's predictor.json, written by training.
+    assert set(p["label"] for r in results for p in r["predictions"]) <= set(cls_run["names"])
+    cfg = predictor.cfg
+    model = load_for_inference(predictor.task, cfg, cls_run["ckpt"], torch.device("cpu"))
+
+    class Probs(_Logits):
+        def forward(self, model, inputs):
+            return model(*inputs.without("label"))
+
+    probs = torch.softmax(inference_on_dataset(model, make_dataloader(cfg, "test"), Probs("label_logits")), 1)
+    for r, row in zip(results, probs):
+        assert [p["score"] for p in r["predictions"]] == pytest.approx(
+            torch.sort(row, descending=True, stable=True).values[:5].tolist(), abs=1e-6)
+    _assert_same_predictions([predictor({"image": test.images[i]})[0] for i in range(3)], results[:3])
+
+
+def test_a_checkpoint_of_another_task_is_named(cls_run, vqa_run):
+    with pytest.raises(UserInputError, match=r"is a checkpoint of task 'cls'.* of task 'vqa'"):
+        Predictor.from_checkpoint(VQA_CFG, cls_run["ckpt"], opts=vqa_run["opts"], feature_weights=vqa_run["weights"])
