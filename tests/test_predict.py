@@ -207,3 +207,74 @@ def test_cls_predictions_equal_test_py_csv_and_the_data_sets_probabilities(cls_r
 def test_a_checkpoint_of_another_task_is_named(cls_run, vqa_run):
     with pytest.raises(UserInputError, match=r"is a checkpoint of task 'cls'.* of task 'vqa'"):
         Predictor.from_checkpoint(VQA_CFG, cls_run["ckpt"], opts=vqa_run["opts"], feature_weights=vqa_run["weights"])
+
+
+@pytest.fixture(scope="module")
+def vcr_run(tmp_path_factory):
+    """Tiny VCR data (the demo generator's 4 test scenes), a seeded-random checkpoint and vcr/test.py's Q2A and QA2R
+    leaderboard CSVs of it (the fixture of tests/test_eval_outputs.py)."""
+    import csv
+
+    from tests.faults.vcr_data import CFG, make_tiny_vcr
+    from tests.test_eval_outputs import _checkpoint
+    from vcr.task import TASK
+
+    root = tmp_path_factory.mktemp("predict_vcr")
+    opts = make_tiny_vcr(str(root / "in"))
+    ckpt = _checkpoint(TASK, TASK.load_config(CFG, opts), root / "vcr-0000.model")
+    assert run_script(os.path.join(ROOT, "vcr", "test.py"), [
+        "--a-cfg", CFG, "--a-ckpt", ckpt, "--r-cfg", CFG, "--r-ckpt", ckpt, "--result-path", str(root / "res"),
+        "--result-name", "tiny", "--opts"] + opts) in (0, None)
+    csvs = {}
+    for task in ("Q2A", "QA2R"):
+        with open(root / "res" / "tiny_test_result_{}.csv".format(task)) as f:
+            csvs[task] = list(csv.DictReader(f))
+    data = opts[opts.index("DATASET.DATASET_PATH") + 1]
+    with open(os.path.join(data, "test.jsonl")) as f:
+        anns = [json.loads(line) for line in f if line.strip()]
+    inputs = []
+    for ann in anns:
+        meta = json.load(open(os.path.join(data, "vcr1images", ann["metadata_fn"])))
+        inputs.append({"image": os.path.join(data, "vcr1images", ann["img_fn"]), "question": ann["question"],
+                       "answers": ann["answer_choices"], "rationales": ann["rationale_choices"],
+                       "boxes": meta["boxes"], "objects": ann["objects"], "segms": meta.get("segms")})
+    return dict(cfg=CFG, ckpt=ckpt, opts=opts, csvs=csvs, inputs=inputs, anns=anns)
+
+
+def _by_index(predictions):
+    return [p["score"] for p in sorted(predictions, key=lambda p: p["index"])]
+
+
+def test_vcr_probabilities_equal_test_py_csvs(vcr_run):
+    q2a = Predictor.from_checkpoint(vcr_run["cfg"], vcr_run["ckpt"], opts=vcr_run["opts"] + ["DATASET.TASK", "Q2A"])
+    inputs = [{k: v for k, v in i.items() if k != "rationales"} for i in vcr_run["inputs"]]
+    results = q2a(inputs)
+    assert len(results) == len(vcr_run["csvs"]["Q2A"]) == 4
+    for r, row in zip(results, vcr_run["csvs"]["Q2A"]):
+        expected = [float(row["answer_{}".format(i)]) for i in range(4)]
+        assert _by_index(r["predictions"]) == pytest.approx(expected, abs=1e-6)
+        assert r["choice"] == max(range(4), key=expected.__getitem__)
+    _assert_same_predictions([q2a(i)[0] for i in inputs[:3]], results[:3])
+
+    qa2r = Predictor.from_checkpoint(vcr_run["cfg"], vcr_run["ckpt"], opts=vcr_run["opts"] + ["DATASET.TASK", "QA2R"])
+    for a in range(4):
+        results = qa2r([dict(i, answer_index=a) for i in vcr_run["inputs"]])
+        for r, row in zip(results, vcr_run["csvs"]["QA2R"]):
+            expected = [float(row["rationale_conditioned_on_a{}_{}".format(a, j)]) for j in range(4)]
+            assert _by_index(r["rationale_predictions"]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_vcr_text_tags_name_the_boxes(vcr_run):
+    """``[i]`` words in a string are VCR's box references: the same probabilities as the token list."""
+    from vcr.predict import vcr_tokens
+
+    assert vcr_tokens("is [0] next to [1,2] ?", "x", "question") == ["is", [0], "next", "to", [1, 2], "?"]
+    q2a = Predictor.from_checkpoint(vcr_run["cfg"], vcr_run["ckpt"], opts=vcr_run["opts"] + ["DATASET.TASK", "Q2A"])
+    listed = {k: v for k, v in vcr_run["inputs"][0].items() if k != "rationales"}
+    as_text = dict(listed, question=" ".join(t if isinstance(t, str) else "[{}]".format(",".join(map(str, t)))
+                                             for t in listed["question"]))
+    _assert_same_predictions(q2a(as_text), q2a(listed))
+    with pytest.raises(UserInputError, match=r"'answers' must be a list of 4 texts"):
+        q2a(dict(listed, answers=listed["answers"][:3]))
+    with pytest.raises(UserInputError, match=r"refers to object 99"):
+        q2a(dict(listed, question="where is [99] ?"))
