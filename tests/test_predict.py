@@ -278,3 +278,53 @@ def test_vcr_text_tags_name_the_boxes(vcr_run):
         q2a(dict(listed, answers=listed["answers"][:3]))
     with pytest.raises(UserInputError, match=r"refers to object 99"):
         q2a(dict(listed, question="where is [99] ?"))
+
+
+@pytest.fixture(scope="module")
+def refcoco_run(tiny_vcr, tmp_path_factory):
+    """The tiny RefCOCO+ data (tests/refcoco_fixture.py), a seeded-random checkpoint of the detected-regions config
+    and refcoco/test.py's result JSON of its 'test' split (the fixture of tests/test_eval_outputs.py)."""
+    from refcoco.task import TASK
+    from tests.refcoco_fixture import write_refcoco
+    from tests.test_eval_outputs import _checkpoint
+    from tests.test_refcoco_end2end import CFGS, tiny_opts
+
+    root = tmp_path_factory.mktemp("predict_refcoco")
+    cfg = os.path.join(CFGS, "base_detected_regions_4x16G.yaml")
+    opts = tiny_opts(tiny_vcr, write_refcoco(str(root / "in")), "")
+    ckpt = _checkpoint(TASK, TASK.load_config(cfg, opts), root / "refcoco-0000.model")
+    assert run_script(os.path.join(ROOT, "refcoco", "test.py"), [
+        "--cfg", cfg, "--ckpt", ckpt, "--split", "test", "--result-path", str(root / "res"), "--result-name", "tiny",
+        "--opts"] + opts) in (0, None)
+    written = [json.load(open(os.path.join(root / "res", n))) for n in os.listdir(root / "res")][0]
+    return dict(cfg=cfg, ckpt=ckpt, opts=opts, written=written)
+
+
+def test_refcoco_boxes_equal_test_py_json_and_scores_the_data_sets_logits(refcoco_run):
+    predictor = Predictor.from_checkpoint(refcoco_run["cfg"], refcoco_run["ckpt"], opts=refcoco_run["opts"])
+    loader = make_dataloader(predictor.cfg, "test")
+    dataset = loader.dataset
+    # Candidates as the data set has them (original pixels, before the whole-image box the config adds).
+    inputs = [{"image": item["image_fn"], "expression": " ".join(item["tokens"]),
+               "boxes": dataset.candidate_boxes(i).tolist()} for i, item in enumerate(dataset.items)]
+    results = predictor(inputs, topk=100)
+    assert len(results) == len(refcoco_run["written"]) == 2
+    for r, w in zip(results, refcoco_run["written"]):
+        assert r["box"] == pytest.approx(w["box"], abs=1e-4)
+        assert r["predictions"][0]["box"] == pytest.approx(w["box"], abs=1e-4)
+    model = load_for_inference(predictor.task, predictor.cfg, refcoco_run["ckpt"], torch.device("cpu"))
+    rows = []
+
+    class Logits(_Logits):
+        def process(self, inputs, outputs):
+            counts = (inputs.field("boxes")[:, :, 0] > -0.5).sum(1).tolist()  # padded rows hold -1
+            rows.extend(torch.sigmoid(l[:n].float()) for l, n in zip(outputs["label_logits"], counts))
+
+        def evaluate(self):
+            return rows
+
+    inference_on_dataset(model, loader, Logits("label_logits"))
+    for r, expected in zip(results, rows):
+        assert _by_index(r["predictions"]) == pytest.approx(expected.tolist(), abs=1e-6)
+    three = inputs + inputs[:1]
+    _assert_same_predictions(predictor(three, topk=100), [predictor(i, topk=100)[0] for i in three])

@@ -114,7 +114,7 @@ class VCRPredictor(TaskPredictor):
         item = self.dataset.item(ann, meta, image, index)
         boxes = item[self.data_names.index("boxes")][:, :4] / item[-1][2:4].repeat(2)  # back to image pixels
         choices = ann["answer_choices"] if self.task == "Q2A" else ann["rationale_choices"]
-        return item, {"boxes": [[round(float(v), 2) for v in row] for row in boxes],
+        return item, {"boxes": boxes.tolist(),
                       "_labels": [_text(c) for c in choices], "_answer": inputs.get("answer_index", 0)}
 
     def forward(self, model, inputs):

@@ -120,7 +120,7 @@ class VQAPredictor(TaskPredictor):
         regions = RegionFeatures(name, w, h, boxes.numpy(), features, image_box)
         item = self.items(inputs["question"], None, regions, None if self.precomputed else image, index)
         used = item[self.items.data_names.index("boxes")][:, :4]
-        return item, {"boxes": [[round(float(v), 2) for v in row] for row in used]}
+        return item, {"boxes": used.tolist()}
 
     def scores(self, logits):
         """Answer scores of logits float ``[B, A]`` as the model was trained (sigmoid or softmax)."""
