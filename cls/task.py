@@ -1,8 +1,6 @@
 """The image-classification task: any timm model on CIFAR-10/100 or an ImageFolder tree."""
 import os
 
-from common.errors import UserInputError
-from common.logs import get_logger
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.loss_logger import loss_loggers
 from common.task import Input, Task, register_task
@@ -12,8 +10,6 @@ from cls.function.onnx import cls_onnx_graph
 from cls.function.test import PredictionsCSV
 from cls.metrics import CrossEntropy, TopKAccuracy
 from cls.modules import MODELS
-
-logger = get_logger(__name__)
 
 
 class ClsTask(Task):
@@ -49,6 +45,15 @@ class ClsTask(Task):
             metrics.add(metric)
         return metrics
 
+    def run_info(self, cfg, dataset):
+        """The class names of the training data set (``classes``, label order), which a predictor prints."""
+        return {"classes": list(dataset.classes)} if dataset is not None else {}
+
+    def predictor(self, cfg, ckpt, ckpt_path, device, feature_weights=None, box_source=None):
+        """:class:`cls.predict.ClsPredictor` (images only: no boxes, no features)."""
+        from cls.predict import ClsPredictor
+        return ClsPredictor(cfg, ckpt, ckpt_path, device)
+
     def test_evaluator(self, cfg, dataset, save_path, save_name):
         """Writes ``{save_path}/{save_name}_{DATASET.DATASET}_{TEST_IMAGE_SET}.csv`` (:class:`PredictionsCSV`)."""
         return PredictionsCSV(dataset, os.path.join(save_path, "{}_{}_{}.csv".format(
@@ -57,16 +62,6 @@ class ClsTask(Task):
     def onnx_graph(self, cfg, model):
         """``image`` [batch, 3, S, S] -> ``label_logits`` [batch, C] (:func:`cls.function.onnx.cls_onnx_graph`)."""
         return cls_onnx_graph(cfg, model)
-
-    def handoff_files(self, cfg):
-        """``classes.txt``: the class names in label order, one a line, from the test split of
-        DATASET.DATASET_PATH (none when the data is not on this machine)."""
-        try:
-            classes = self.build_dataset(cfg, "test").classes
-        except (FileNotFoundError, UserInputError):
-            logger.warning("%s is not readable here: the hand-off has no classes.txt", cfg.DATASET.DATASET_PATH)
-            return {}
-        return {"classes.txt": (None, "".join(name + "\n" for name in classes))}
 
 
 TASK = register_task(ClsTask())

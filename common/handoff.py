@@ -5,10 +5,13 @@ Layout (Hugging Face's convention of one folder per model, ``model.safetensors``
     model.safetensors   the model's state dict, fp32, keys as in a checkpoint's ``state_dict``; its metadata
                         holds ``format`` ('pt'), ``task``, ``module`` and ``files`` (JSON: file -> config key)
     config.yaml         the checkpoint's resolved config (yacs YAML, as a run's output folder holds)
-    answers.txt, ...    the task's extra files (:meth:`common.task.Task.handoff_files`)
+    predictor.json ...  the files of the checkpoint's run folder that the predictor reads (class names, answers,
+                        how the region features were made), copied
+    answers.txt, ...    the task's copies of files its config names (:meth:`common.task.Task.handoff_files`)
 
-``common.engine.load_for_inference`` (``val.py``, ``test.py``, the predictor) takes such a folder wherever it takes
-a checkpoint file; :func:`handoff_config` reads its config with the extra files' keys pointing at their copies.
+``common.engine.load_for_inference`` (``val.py``, ``test.py``) and ``common.predict.Predictor.from_checkpoint``
+take such a folder wherever they take a checkpoint file; :func:`handoff_config` reads its config with the copied
+files' keys pointing at the copies.
 """
 import json
 import os
@@ -26,8 +29,9 @@ def is_handoff(path):
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, WEIGHTS_FILE))
 
 
-def write_handoff(folder, task, cfg, model):
-    """Write the hand-off folder of ``model`` (a ``task`` model built from ``cfg``); files are written atomically.
+def write_handoff(folder, task, cfg, model, run_files=()):
+    """Write the hand-off folder of ``model`` (a ``task`` model built from ``cfg``) with copies of the files
+    ``run_files`` (paths; those that do not exist are left out); files are written atomically.
 
     Returns:
         list of the written paths.
@@ -43,7 +47,12 @@ def write_handoff(folder, task, cfg, model):
     paths = [os.path.join(folder, WEIGHTS_FILE), os.path.join(folder, CONFIG_FILE)]
     atomic_write(paths[0], lambda f: f.write(data), size_hint=len(data))
     dump_config(cfg, paths[1])
-    for name, (_, text) in extra.items():
+    texts = {name: text for name, (_, text) in extra.items()}
+    for path in run_files:
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                texts[os.path.basename(path)] = f.read()
+    for name, text in texts.items():
         paths.append(os.path.join(folder, name))
         atomic_write(paths[-1], lambda f, text=text: f.write(text), binary=False, size_hint=len(text))
     return paths

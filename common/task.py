@@ -163,6 +163,23 @@ class Task:
         """
         raise NotImplementedError("task '{}' has no result writer".format(self.name))
 
+    def run_info(self, cfg, dataset):
+        """What a predictor of this run needs besides the config and the weights, from the training data set
+        ``dataset`` (class names, an answer vocabulary): a JSON-able dict, written by training as
+        ``predictor.json`` in the run folder (:func:`common.predict.write_run_info`). Default: ``{}``."""
+        return {}
+
+    def predictor(self, cfg, ckpt, ckpt_path, device, feature_weights=None, box_source=None):
+        """The task's :class:`common.predict.TaskPredictor` (``<task>/predict.py``) for the checkpoint dict ``ckpt``
+        read from the file ``ckpt_path`` (its run folder holds the :meth:`run_info`); see
+        :meth:`common.predict.Predictor.from_checkpoint` for the other arguments.
+
+        Raises:
+            common.errors.UserInputError: the task has no predictor, or the run's files do not suit the config.
+        """
+        from common.errors import UserInputError
+        raise UserInputError("task '{}' has no predictor".format(self.name))
+
     def onnx_graph(self, cfg, model):
         """The :class:`common.onnx_export.OnnxGraph` that ``scripts/export.py`` writes for ``model`` (built from
         ``cfg``, weights loaded, eval mode).
@@ -173,9 +190,9 @@ class Task:
         raise ExportRefused(self.name, self.onnx_refusal or "it declares no ONNX graph (Task.onnx_graph)")
 
     def handoff_files(self, cfg):
-        """The files a hand-off folder (:mod:`common.handoff`) holds besides the weights and ``config.yaml``, so
-        that outputs can be read without the training data: ``{file name: (dotted config key that names the file
-        or None, text)}``; reading the folder points each key at its copy. Default: none."""
+        """Files that a hand-off folder (:mod:`common.handoff`) copies besides the weights, ``config.yaml`` and the
+        run's predictor files, so that it is read without the training data: ``{file name: (dotted config key
+        that names the file, text)}``; reading the folder points each key at its copy. Default: none."""
         return {}
 
 

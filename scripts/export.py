@@ -4,8 +4,9 @@
     python scripts/export.py --cfg CFG --ckpt CKPT --format onnx --out FILE.onnx [--opset 18]
 
 ``--ckpt`` is a checkpoint file (``*.model``) or a hand-off folder (then ``--cfg`` may be left out: the folder's
-``config.yaml`` is read). ``safetensors`` writes ``model.safetensors``, ``config.yaml`` and the task's answer or
-class list (:mod:`common.handoff`). ``onnx`` writes the task's graph (:meth:`common.task.Task.onnx_graph`; the
+``config.yaml`` is read). ``safetensors`` writes ``model.safetensors``, ``config.yaml``, the run folder's
+predictor files (``predictor.json``: class names or answers) and the task's copies of files its config names
+(VQA: ``answers.txt``) (:mod:`common.handoff`). ``onnx`` writes the task's graph (:meth:`common.task.Task.onnx_graph`; the
 cls and vqa tasks), then runs it with onnxruntime on 3 inputs of other batch sizes and lengths and prints
 ``max |onnx - eager| = X``; the exit code is 1 when X exceeds 1e-4. A task without a graph is refused by name with
 the reason (exit 2). Everything runs on the CPU in fp32. The task is the one whose data set the config's
@@ -22,12 +23,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from common.cli import run_main  # noqa: E402
-from common.data.build import DATASETS  # noqa: E402
 from common.engine import load_for_inference  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
 from common.handoff import CONFIG_FILE, handoff_config, is_handoff, write_handoff  # noqa: E402
 from common.onnx_export import (DEFAULT_OPSET, TOLERANCE, ExportRefused, check_onnx, check_opset,  # noqa: E402
                                 check_packages, export_onnx)
+from common.predict import FEATURE_INFO, RUN_INFO, find_task  # noqa: E402
 from common.task import get_task  # noqa: E402
 
 TASK_PACKAGES = ("vcr", "vqa", "pretrain", "refcoco", "cls")
@@ -52,7 +53,7 @@ def task_of_config(path):
     (the first entry of a DATASET list).
 
     Raises:
-        UserInputError: the file is unreadable or names no registered data set.
+        UserInputError: the file is unreadable or names no task's data set.
     """
     try:
         with open(path, encoding="utf-8") as f:
@@ -61,11 +62,7 @@ def task_of_config(path):
         raise UserInputError("--cfg {}: not a readable YAML file ({})".format(path, e)) from None
     dataset = raw.get("DATASET") if isinstance(raw, dict) else None
     dataset = dataset[0] if isinstance(dataset, list) and dataset else dataset
-    name = dataset.get("DATASET") if isinstance(dataset, dict) else None
-    if name not in DATASETS:
-        raise UserInputError("--cfg {}: DATASET.DATASET {!r} is no registered data set ({}); pass --task".format(
-            path, name, ", ".join(DATASETS.names())))
-    return get_task(DATASETS.get(name).__module__.split(".")[0])
+    return find_task(dataset.get("DATASET") if isinstance(dataset, dict) else None, path)
 
 
 def load_config(args):
@@ -106,7 +103,9 @@ def main(argv=None):
         raise ExportRefused(task.name, task.onnx_refusal)
     model = load_for_inference(task, cfg, args.ckpt, "cpu")
     if args.format == "safetensors":
-        for path in write_handoff(args.out, task, cfg, model):
+        run = args.ckpt if os.path.isdir(args.ckpt) else os.path.dirname(os.path.abspath(args.ckpt))
+        run_files = [os.path.join(run, RUN_INFO), os.path.join(run, FEATURE_INFO)]
+        for path in write_handoff(args.out, task, cfg, model, run_files):
             print("wrote {}".format(path))
         return 0
     worst = export_checked_onnx(task, cfg, model, args.out, args.opset)

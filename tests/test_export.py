@@ -135,7 +135,7 @@ def test_vqa_safetensors_handoff_holds_the_checkpoint_and_test_py_reads_it(vqa_r
     folder = str(tmp_path / "handoff")
     code, out, err = export(capsys, "--cfg", cfg_path, "--ckpt", ckpt, "--format", "safetensors", "--out", folder)
     assert code == 0, err
-    assert sorted(os.listdir(folder)) == ["answers.txt", "config.yaml", "model.safetensors"]
+    assert sorted(os.listdir(folder)) == ["answers.txt", "config.yaml", "model.safetensors", "predictor.json"]
     weights, saved = load_file(os.path.join(folder, "model.safetensors")), torch.load(ckpt, weights_only=True)
     assert sorted(weights) == sorted(saved["state_dict"])
     for key, value in saved["state_dict"].items():
@@ -149,7 +149,7 @@ def test_vqa_safetensors_handoff_holds_the_checkpoint_and_test_py_reads_it(vqa_r
     assert _vqa_test(os.path.join(folder, "config.yaml"), folder, tmp_path / "res") == vqa_test_answers
 
 
-def test_cls_onnx_answers_as_test_py_and_the_handoff_lists_the_classes(cls_run, tmp_path, capsys):
+def test_cls_onnx_answers_as_test_py_and_the_handoff_holds_the_class_names(cls_run, tmp_path, capsys):
     from cls.task import TASK
 
     cfg_path, ckpt, opts = cls_run
@@ -173,7 +173,7 @@ def test_cls_onnx_answers_as_test_py_and_the_handoff_lists_the_classes(cls_run, 
 
     folder = tmp_path / "handoff"
     assert export(capsys, "--cfg", cfg_path, "--ckpt", ckpt, "--format", "safetensors", "--out", folder)[0] == 0
-    assert (folder / "classes.txt").read_text().splitlines() == make_cls_demo_data.NAMES
+    assert json.loads((folder / "predictor.json").read_text()) == {"classes": make_cls_demo_data.NAMES}
 
 
 def test_a_runtime_that_drifts_past_1e_4_makes_the_check_exit_1(cls_run, tmp_path, capsys, monkeypatch):
