@@ -18,6 +18,7 @@ import yaml
 from safetensors.torch import load_file
 
 from common.engine import build_loader
+from common.predict import Predictor
 from tests import tiny_vqa
 from tests.conftest import ROOT
 from tests.tiny_vcr import run_script
@@ -174,6 +175,11 @@ def test_cls_onnx_answers_as_test_py_and_the_handoff_holds_the_class_names(cls_r
     folder = tmp_path / "handoff"
     assert export(capsys, "--cfg", cfg_path, "--ckpt", ckpt, "--format", "safetensors", "--out", folder)[0] == 0
     assert json.loads((folder / "predictor.json").read_text()) == {"classes": make_cls_demo_data.NAMES}
+    # The predictor reads the folder as it reads the checkpoint
+    images = [{"image": np.random.default_rng(i).integers(0, 256, (40, 30, 3), dtype=np.uint8)} for i in range(3)]
+    from_ckpt = Predictor.from_checkpoint(cfg_path, ckpt)(images)
+    assert Predictor.from_checkpoint(None, str(folder))(images) == from_ckpt
+    assert [len(r["predictions"]) for r in from_ckpt] == [5, 5, 5]
 
 
 def test_a_runtime_that_drifts_past_1e_4_makes_the_check_exit_1(cls_run, tmp_path, capsys, monkeypatch):
