@@ -213,3 +213,35 @@ def test_an_opset_below_17_is_refused(cls_run, tmp_path, capsys):
                           "--opset", 16)
     assert code == 2
     assert err.strip() == "error: --opset: expected 17 or more (SDPA attention and LayerNorm need it), got 16"
+
+
+@pytest.mark.slow
+def test_vqa_onnx_on_pixels_exports_the_resnet_and_roi_align(vqa_run, tmp_path, capsys):
+    """NETWORK.IMAGE_FEAT_PRECOMPUTED false: the ResNet-18 and torchvision's RoIAlign are in the graph, with the
+    image's height and width free."""
+    import runpy
+
+    inputs, _, _ = vqa_run
+    random_resnet_file = runpy.run_path(os.path.join(ROOT, "bench", "smoke_paper_config.py"))["random_resnet_file"]
+    tiny_vqa.write_images(inputs)
+    resnet = str(tmp_path / "resnet18")
+    random_resnet_file(resnet, 18)
+    code = tiny_vqa.run_entry("train_end2end.py", ["--cfg", tiny_vqa.CFGS[VQA_CFG], "--model-dir", str(tmp_path),
+                                                   "--opts"] + inputs.opts(
+        NETWORK__IMAGE_FEAT_PRECOMPUTED=False, NETWORK__IMAGE_NUM_LAYERS=18, NETWORK__IMAGE_PRETRAINED=resnet,
+        NETWORK__IMAGE_PRETRAINED_EPOCH=0, NETWORK__IMAGE_C5_DILATED=False, NETWORK__IMAGE_ROI_POOLED_SIZE=4,
+        SCALES=[32, 48]))
+    assert code == 0
+    folder = tiny_vqa.output_folder(tmp_path, VQA_CFG)
+    path = str(tmp_path / "pixels.onnx")
+    code, out, err = export(capsys, "--cfg", os.path.join(folder, "config.yaml"), "--ckpt",
+                            os.path.join(folder, "vl-bert_base_res101_vqa-0000.model"), "--format", "onnx",
+                            "--out", path)
+    assert code == 0, err
+    assert [c[0].split(", boxes")[0] for c in CASE_LINE.findall(out)] == [
+        "image [1, 3, 64, 48]", "image [3, 3, 56, 80]", "image [4, 3, 72, 72]"]
+    assert float(MAX_LINE.search(out).group(1)) <= 1e-4
+    model = onnx.load(path)
+    assert [i.name for i in model.graph.input] == ["image", "boxes", "im_info", "question"]
+    assert dims(model, "image") == ["batch", 3, "height", "width"] and dims(model, "boxes") == ["batch", "boxes", 4]
+    assert any(node.op_type == "RoiAlign" for node in model.graph.node)
