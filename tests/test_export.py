@@ -245,3 +245,12 @@ def test_vqa_onnx_on_pixels_exports_the_resnet_and_roi_align(vqa_run, tmp_path, 
     assert [i.name for i in model.graph.input] == ["image", "boxes", "im_info", "question"]
     assert dims(model, "image") == ["batch", 3, "height", "width"] and dims(model, "boxes") == ["batch", "boxes", 4]
     assert any(node.op_type == "RoiAlign" for node in model.graph.node)
+
+
+def test_a_missing_checkpoint_and_a_folder_that_is_no_handoff_stop_with_one_error_line(tmp_path, capsys):
+    cfg = os.path.join(ROOT, "cfgs", "cls", "demo_cpu.yaml")
+    code, _, err = export(capsys, "--cfg", cfg, "--ckpt", tmp_path / "none.model", "--format", "onnx", "--out",
+                          tmp_path / "x.onnx")
+    assert (code, err.strip()) == (2, "error: checkpoint {} does not exist".format(tmp_path / "none.model"))
+    code, _, err = export(capsys, "--ckpt", tmp_path, "--format", "safetensors", "--out", tmp_path / "out")
+    assert (code, err.strip()) == (2, "error: --cfg is needed: --ckpt {} is not a hand-off folder".format(tmp_path))
