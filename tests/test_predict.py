@@ -328,3 +328,66 @@ def test_refcoco_boxes_equal_test_py_json_and_scores_the_data_sets_logits(refcoc
         assert _by_index(r["predictions"]) == pytest.approx(expected.tolist(), abs=1e-6)
     three = inputs + inputs[:1]
     _assert_same_predictions(predictor(three, topk=100), [predictor(i, topk=100)[0] for i in three])
+
+
+def test_pretraining_top_words_are_the_argmax_of_the_mlm_logits_through_the_data_set(tiny_pretrain, tmp_path):
+    """The demo pretraining config at tiny size, seeded-random weights: the data set's item of a caption with
+    [MASK] words (its random masking and region masking off) through its loader and the model gives MLM logits
+    whose argmax at each [MASK] is the predictor's top word, with the probabilities of their softmax."""
+    from common.data.build import build_dataset
+    from common.data.multitask import dataset_configs
+    from pretrain.data.conceptual_captions import load_detections
+    from pretrain.predict import MASK
+    from pretrain.task import TASK
+    from tests import tiny_pretrain as tp
+    from tests.test_eval_outputs import _checkpoint
+
+    name = "demo_e2e_cpu.yaml"
+    opts = tp.opts(name, tiny_pretrain)
+    cfg = TASK.load_config(tp.cfg_path(name), opts)
+    ckpt = _checkpoint(TASK, cfg, tmp_path / "pretrain-0000.model")
+    predictor = Predictor.from_checkpoint(tp.cfg_path(name), ckpt, opts=opts)
+
+    sub = dataset_configs(cfg)[0]
+    dataset = build_dataset(sub, "val")
+    dataset.masker.word_prob, dataset.with_mvrc = 0.0, False  # no random masking: the [MASK] words are ours
+    inputs = []
+    for i, record in enumerate(dataset.records):
+        words = list(record.caption)
+        words[1] = MASK
+        words[-1] = MASK
+        dataset.records[i] = record._replace(caption=words)
+        inputs.append({"image": record.image, "caption": " ".join(words),
+                       "boxes": load_detections(record.frcnn, with_classes=False).boxes.tolist()})
+    model = load_for_inference(TASK, cfg, ckpt, torch.device("cpu"))
+    mask_id = predictor.task_predictor.mask_id
+    rows = []
+
+    class MLM(_Logits):
+        def forward(self, model, inputs):
+            return predictor.task_predictor.forward(model, inputs)
+
+        def process(self, inputs, outputs):
+            for text, logits in zip(inputs.field("text"), outputs["mlm_logits_wvc"]):
+                rows.append(torch.softmax(logits[text == mask_id].float(), -1))
+
+        def evaluate(self):
+            return rows
+
+    inference_on_dataset(model, make_dataloader(sub, "val", dataset=dataset), MLM("mlm_logits_wvc"))
+    results = predictor(inputs, topk=3)
+    assert len(results) == len(rows) == 2
+    for r, probs in zip(results, rows):
+        assert len(r["masks"]) == len(probs) == 2
+        for top, p in zip(r["masks"], probs):
+            assert top[0]["index"] == int(p.argmax())
+            assert [t["score"] for t in top] == pytest.approx(torch.sort(p, descending=True).values[:3].tolist(),
+                                                             abs=1e-6)
+            assert top[0]["label"] == predictor.task_predictor.vocab[top[0]["index"]]
+        assert r["filled"].count(MASK) == 0
+    alone = [predictor(i, topk=3)[0] for i in inputs]
+    for a, b in zip(alone, results):
+        for k in range(2):
+            _assert_same_predictions([{"p": a["masks"][k]}], [{"p": b["masks"][k]}], key="p")
+    with pytest.raises(UserInputError, match=r"no \[MASK\] word"):
+        predictor({"image": inputs[0]["image"], "caption": "a photo"})
