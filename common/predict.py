@@ -28,6 +28,7 @@ Files next to the checkpoint (its run folder) that the predictor reads:
   on were made (``{"cfg": ..., "weights": ..., "box_source": {"kind": ..., ...}}``, paths relative to the
   working folder), written by ``scripts/run_demo_vqa.sh``; ``feature_weights=`` overrides its weights.
 """
+import contextlib
 import json
 import os
 
@@ -45,12 +46,15 @@ from common.errors import UserInputError
 from common.evaluation import DatasetEvaluator, inference_on_dataset
 from common.handoff import CONFIG_FILE, handoff_config, is_handoff, read_handoff
 from common.modeling.module import held_random_init_warnings
+from common.modeling.region_extractor import EXTRACTOR_OPTS, build_region_extractor
 from common.safe_write import atomic_write
 from common.task import TASKS
 
-__all__ = ["FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task", "load_input_image",
+__all__ = ["DEFAULT_GRID", "FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task", "load_feature_extractor", "load_input_image",
            "read_run_info", "top_predictions", "write_run_info"]
 
+# Boxes of a photo given without boxes when neither the call nor the run folder names a box source.
+DEFAULT_GRID = "4x4"
 RUN_INFO = "predictor.json"
 FEATURE_INFO = "feature_extractor.json"
 
@@ -155,6 +159,37 @@ def _read_yaml(path, what):
         raise UserInputError("{} '{}' is not readable YAML: {}".format(what, path, e)) from None
 
 
+def load_feature_extractor(task, cfg, ckpt_path, feature_weights, device):
+    """``(encoder, transform, box source record)`` of a precomputed-feature model: the run folder's
+    ``feature_extractor.json`` (``cfg``, ``weights``, ``box_source``), ``feature_weights`` overriding its weights.
+
+    Raises:
+        UserInputError: no weights known (names ``--feature-weights`` / ``feature_weights=``).
+    """
+    info = read_run_info(ckpt_path, FEATURE_INFO)
+    weights = feature_weights or info.get("weights")
+    if not weights:
+        raise UserInputError("{}: the model reads precomputed region features (NETWORK.IMAGE_FEAT_PRECOMPUTED), so a "
+                             "photo needs the image encoder that made them: give --feature-weights FILE "
+                             "(feature_weights=; the --weights file of scripts/extract_features.py)".format(ckpt_path))
+    opts = list(EXTRACTOR_OPTS) + ["NETWORK.IMAGE_PRETRAINED", ""]
+    # The encoder's config: the recorded one, else the model's own (scripts/run_demo_vqa.sh passes it to both).
+    feature_cfg = task.load_config(info["cfg"], opts) if info.get("cfg") else _encoder_cfg(cfg)
+    model, transform = build_region_extractor(feature_cfg, weights, device, setting="--feature-weights")
+    return model, transform, info.get("box_source")
+
+
+def _encoder_cfg(cfg):
+    """A frozen copy of the model's config with :data:`EXTRACTOR_OPTS` applied and no IMAGE_PRETRAINED."""
+    out = cfg.clone()
+    out.defrost()
+    out.NETWORK.IMAGE_FEAT_PRECOMPUTED = False
+    out.NETWORK.IMAGE_SEMANTIC = False
+    out.NETWORK.IMAGE_PRETRAINED = ""
+    out.freeze()
+    return out
+
+
 class TaskPredictor:
     """What one task adds to :class:`Predictor`: raw input -> data set item, model outputs -> predictions.
 
@@ -165,17 +200,17 @@ class TaskPredictor:
         fields: ``{key: required}`` of the input's keys besides ``image`` (text fields, ``boxes``).
         dataset_class: the task's data set class (its ``pad_values`` and ``batch_extras`` collate the batch).
         label_field: the name of a label field the items carry (a placeholder, taken out before the forward).
-        box_source: the :class:`common.data.box_sources.BoxSource` of images given without boxes, or None.
+        box_source: the :class:`common.data.box_sources.BoxSource` of images given without boxes (default: a
+            :data:`DEFAULT_GRID` grid).
     """
     fields = {}
     dataset_class = None
     label_field = None
-    uses_boxes = False
 
     def __init__(self, cfg, device, box_source=None):
         self.cfg = cfg
         self.device = device
-        self.box_source = box_source
+        self.box_source = box_source if box_source is not None else BoxSource("grid", DEFAULT_GRID)
 
     @property
     def data_names(self):
@@ -206,7 +241,7 @@ class TaskPredictor:
         """float32 ``[K, 4]`` boxes of the input: its ``boxes`` (pixels of the image), else the box source's.
 
         Raises:
-            UserInputError: ``boxes`` that are not ``[[x1, y1, x2, y2], ...]``, or no boxes and no box source.
+            UserInputError: ``boxes`` that are not ``[[x1, y1, x2, y2], ...]``; the box source's errors.
         """
         if inputs.get("boxes") is not None:
             try:
@@ -215,8 +250,6 @@ class TaskPredictor:
                 raise UserInputError("{}: 'boxes' must be a list of [x1, y1, x2, y2] rows in pixels, got {!r}".format(
                     name, inputs["boxes"])) from None
             return boxes
-        if self.box_source is None:
-            raise UserInputError("{}: no 'boxes' given and no box source (box_source=, --box-source)".format(name))
         return self.box_source(image, name)
 
     def item(self, image, inputs, index, name):
@@ -298,8 +331,8 @@ class Predictor:
                 was trained on (``scripts/extract_features.py --weights``); default: the run folder's
                 :data:`FEATURE_INFO`.
             box_source: :class:`common.data.box_sources.BoxSource` or a dict of its arguments (``{"kind":
-                "grid", "grid": "4x4"}``) for inputs without boxes; default: the run folder's record, else a
-                4x4 grid.
+                "grid", "grid": "4x4"}``) for inputs without boxes; default: the run folder's record
+                (:data:`FEATURE_INFO`), else a :data:`DEFAULT_GRID` grid.
             task: a task name or :class:`common.task.Task`; default: the task whose data set the config names
                 (its package must be imported, e.g. ``import vqa.task``).
         Raises:
@@ -382,6 +415,43 @@ class Predictor:
         return inference_on_dataset(self.model, [batch], _Collect(self.task_predictor),
                                     self.task_predictor.label_field)
 
+    def attention(self, inp, topk=5):
+        """The attention maps of one input: its prediction (as :meth:`__call__`) and the attention of its first
+        VL-BERT sequence (for VCR: the first answer's), in the layout ``pretrain/function/attention_maps.py``
+        writes (``write_raw`` / ``write_maps``).
+
+        Returns:
+            dict: ``result`` (the prediction), ``probs`` float32 numpy ``[layers, heads, T, T]`` (T = text tokens
+            + regions + 1, ``[END]``), ``tokens`` (T strings: the word pieces, ``[REGION k]``, ``[END]``),
+            ``text`` and ``regions`` (``(start, end)`` token ranges), ``boxes`` (float ``[R, 4]`` pixels of the
+            image) and ``image`` (the RGB ``PIL.Image``).
+        Raises:
+            UserInputError: a bad input, or a model without a VL-BERT (names the task).
+        """
+        vlbert = getattr(self.model, "vlbert", None)
+        if vlbert is None:
+            raise UserInputError("task '{}': the model has no VL-BERT, so no attention maps".format(self.task.name))
+        from common.data.tokenizer import build_tokenizer  # only the maps need the words
+        item, context = self.prepare_one(inp)
+        batch = self.collator([item])
+        with _attention_kept(vlbert, {}) as store:
+            outputs = self.forward(batch)
+        result = self.task_predictor.decode(outputs, [context], topk)[0]
+        text_ids, text_mask, object_mask = store["args"][0][0], store["args"][3][0], store["args"][5][0]
+        num_text, num_regions = int(text_mask.sum()), int(object_mask.sum())
+        size = num_text + num_regions + 1
+        probs = torch.stack([p[0, :, :size, :size] for p in store["probs"]]).float().cpu().numpy()
+        words = build_tokenizer(self.cfg.NETWORK.BERT_MODEL_NAME).convert_ids_to_tokens(
+            text_ids[text_mask].tolist())
+        names = list(batch.names)
+        scales = batch[names.index("im_info")][0, [2, 3, 2, 3]]
+        boxes = batch[names.index("boxes")][0, :num_regions, :4] / scales
+        return {"result": dict({k: v for k, v in inp.items() if isinstance(v, (str, int, float, list))},
+                               **{k: v for k, v in result.items() if not k.startswith("_")}),
+                "probs": probs, "tokens": words + ["[REGION {}]".format(k) for k in range(num_regions)] + ["[END]"],
+                "text": (0, num_text), "regions": (num_text, num_text + num_regions), "boxes": boxes.numpy(),
+                "image": load_input_image(inp["image"])}
+
     def __call__(self, inputs, topk=5, strict=True):
         """Predictions of one input dict or a list of them (one batch), in input order.
 
@@ -412,6 +482,29 @@ class Predictor:
                 out.update({k: v for k, v in next(done).items() if not k.startswith("_")})
             results.append(out)
         return results
+
+
+@contextlib.contextmanager
+def _attention_kept(vlbert, store):
+    """Inside: every forward of the VL-BERT ``vlbert`` also stores its inputs (``store["args"]``) and its
+    attention probabilities (``store["probs"]``, per layer [B, heads, L, L]; the eager attention path); its
+    outputs are unchanged."""
+    encoder = vlbert.encoder
+    original = encoder.forward
+
+    def forward(hidden_states, attention_mask, output_all_encoded_layers=True, output_attention_probs=False):
+        encoded, probs = original(hidden_states, attention_mask, output_all_encoded_layers,
+                                  output_attention_probs=True)
+        store["probs"] = probs
+        return (encoded, probs) if output_attention_probs else encoded
+
+    encoder.forward = forward  # this instance only, removed on exit
+    handle = vlbert.register_forward_pre_hook(lambda module, args: store.update(args=args))
+    try:
+        yield store
+    finally:
+        del encoder.forward
+        handle.remove()
 
 
 def _first_dataset_cfg(cfg):

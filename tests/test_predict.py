@@ -328,3 +328,133 @@ def test_refcoco_boxes_equal_test_py_json_and_scores_the_data_sets_logits(refcoc
         assert _by_index(r["predictions"]) == pytest.approx(expected.tolist(), abs=1e-6)
     three = inputs + inputs[:1]
     _assert_same_predictions(predictor(three, topk=100), [predictor(i, topk=100)[0] for i in three])
+
+
+def test_pretraining_top_words_are_the_argmax_of_the_mlm_logits_through_the_data_set(tiny_pretrain, tmp_path):
+    """The demo pretraining config at tiny size, seeded-random weights: the data set's item of a caption with
+    [MASK] words (its random masking and region masking off) through its loader and the model gives MLM logits
+    whose argmax at each [MASK] is the predictor's top word, with the probabilities of their softmax."""
+    from common.data.build import build_dataset
+    from common.data.multitask import dataset_configs
+    from pretrain.data.conceptual_captions import load_detections
+    from pretrain.predict import MASK
+    from pretrain.task import TASK
+    from tests import tiny_pretrain as tp
+    from tests.test_eval_outputs import _checkpoint
+
+    name = "demo_e2e_cpu.yaml"
+    opts = tp.opts(name, tiny_pretrain)
+    cfg = TASK.load_config(tp.cfg_path(name), opts)
+    ckpt = _checkpoint(TASK, cfg, tmp_path / "pretrain-0000.model")
+    predictor = Predictor.from_checkpoint(tp.cfg_path(name), ckpt, opts=opts)
+
+    sub = dataset_configs(cfg)[0]
+    dataset = build_dataset(sub, "val")
+    dataset.masker.word_prob, dataset.with_mvrc = 0.0, False  # no random masking: the [MASK] words are ours
+    inputs = []
+    for i, record in enumerate(dataset.records):
+        words = list(record.caption)
+        words[1] = MASK
+        words[-1] = MASK
+        dataset.records[i] = record._replace(caption=words)
+        inputs.append({"image": record.image, "caption": " ".join(words),
+                       "boxes": load_detections(record.frcnn, with_classes=False).boxes.tolist()})
+    model = load_for_inference(TASK, cfg, ckpt, torch.device("cpu"))
+    mask_id = predictor.task_predictor.mask_id
+    rows = []
+
+    class MLM(_Logits):
+        def forward(self, model, inputs):
+            return predictor.task_predictor.forward(model, inputs)
+
+        def process(self, inputs, outputs):
+            for text, logits in zip(inputs.field("text"), outputs["mlm_logits_wvc"]):
+                rows.append(torch.softmax(logits[text == mask_id].float(), -1))
+
+        def evaluate(self):
+            return rows
+
+    inference_on_dataset(model, make_dataloader(sub, "val", dataset=dataset), MLM("mlm_logits_wvc"))
+    results = predictor(inputs, topk=3)
+    assert len(results) == len(rows) == 2
+    for r, probs in zip(results, rows):
+        assert len(r["masks"]) == len(probs) == 2
+        for top, p in zip(r["masks"], probs):
+            assert top[0]["index"] == int(p.argmax())
+            assert [t["score"] for t in top] == pytest.approx(torch.sort(p, descending=True).values[:3].tolist(),
+                                                             abs=1e-6)
+            assert top[0]["label"] == predictor.task_predictor.vocab[top[0]["index"]]
+        assert r["filled"].count(MASK) == 0
+    alone = [predictor(i, topk=3)[0] for i in inputs]
+    for a, b in zip(alone, results):
+        for k in range(2):
+            _assert_same_predictions([{"p": a["masks"][k]}], [{"p": b["masks"][k]}], key="p")
+    with pytest.raises(UserInputError, match=r"no \[MASK\] word"):
+        predictor({"image": inputs[0]["image"], "caption": "a photo"})
+
+
+def _predict_cli(argv, capsys):
+    capsys.readouterr()
+    code = run_script(os.path.join(ROOT, "scripts", "predict.py"), argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_predict_py_writes_the_json_layout_and_the_table(vqa_run, vqa_predictor, tmp_path, capsys):
+    question = _test_questions(vqa_run)[0]
+    argv = ["--cfg", VQA_CFG, "--ckpt", vqa_run["ckpt"], "--feature-weights", vqa_run["weights"],
+            "--box-source", "file", "--box-file"] + vqa_run["box_files"] + ["--topk", "3"]
+    code, out, _ = _predict_cli(argv + ["--image", question["image"], "--question", question["question"], "--json",
+                                        str(tmp_path / "one.json"), "--opts"] + vqa_run["opts"], capsys)
+    assert code in (0, None)
+    written = json.load(open(tmp_path / "one.json"))
+    expected = vqa_predictor(question, topk=3)[0]
+    assert written == [dict(expected, image=question["image"], question=question["question"])]
+    assert set(written[0]) == {"image", "question", "predictions", "boxes"}
+    assert set(written[0]["predictions"][0]) == {"label", "index", "score"}
+    top = written[0]["predictions"][0]
+    assert "{} ({:.3f})".format(top["label"], top["score"]) in out
+
+    # A folder run with a questions file: input order kept, a bad input kept with its error, exit 2.
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    name = os.path.basename(question["image"])  # the box file finds it by its file name
+    (folder / name).write_bytes(open(question["image"], "rb").read())
+    (folder / "broken.jpg").write_text("not an image")
+    listed = [{"image": "broken.jpg", "question": "what?"}, {"image": name, "question": question["question"]},
+              {"image": name, "question": ""}]
+    (tmp_path / "questions.json").write_text(json.dumps(listed))
+    code, out, err = _predict_cli(argv + ["--images", str(folder), "--questions", str(tmp_path / "questions.json"),
+                                          "--json", str(tmp_path / "many.json"), "--opts"] + vqa_run["opts"], capsys)
+    assert code == 2
+    many = json.load(open(tmp_path / "many.json"))
+    assert [m["image"] for m in many] == [str(folder / e["image"]) for e in listed]
+    assert "not an image" in many[0]["error"] and "predictions" not in many[0]
+    assert many[1].get("predictions") == expected["predictions"], many[1]
+    assert "'question' must be non-empty text" in many[2]["error"]
+    assert "2 of 3 input(s) could not be read" in err
+
+
+def test_predict_py_stops_on_a_bad_file_with_one_error_line(vqa_run, tmp_path, capsys):
+    code, _, err = _predict_cli(["--cfg", VQA_CFG, "--ckpt", str(tmp_path / "missing.model"), "--image", "x.jpg",
+                                 "--question", "what?", "--opts"] + vqa_run["opts"], capsys)
+    assert code == 2
+    assert err.strip().splitlines() == ["error: checkpoint '{}' does not exist".format(tmp_path / "missing.model")]
+    code, _, err = _predict_cli(["--cfg", VQA_CFG, "--ckpt", vqa_run["ckpt"], "--image", "x.jpg", "--question", "q",
+                                 "--opts"] + vqa_run["opts"], capsys)
+    assert code == 2 and "--feature-weights" in err and "Traceback" not in err
+
+
+def test_attention_maps_of_one_input(vqa_run, vqa_predictor, tmp_path):
+    import numpy as np
+
+    question = _test_questions(vqa_run)[0]
+    maps = vqa_predictor.attention(question)
+    assert maps["result"]["predictions"] == vqa_predictor(question)[0]["predictions"]
+    layers, heads, size, _ = maps["probs"].shape
+    assert (layers, heads) == (2, 2)  # the tiny VL-BERT
+    # [CLS] question [SEP] [MASK] [SEP], then the whole image and the 3 boxes, then [END]
+    assert maps["tokens"][0] == "[CLS]" and maps["tokens"][-1] == "[END]" and "[MASK]" in maps["tokens"]
+    assert maps["regions"][1] - maps["regions"][0] == 4 and size == maps["regions"][1] + 1
+    assert np.allclose(maps["probs"].sum(-1), 1.0, atol=1e-5)
+    assert maps["boxes"].tolist() == maps["result"]["boxes"]
