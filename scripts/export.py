@@ -6,11 +6,11 @@
 ``--ckpt`` is a checkpoint file (``*.model``) or a hand-off folder (then ``--cfg`` may be left out: the folder's
 ``config.yaml`` is read). ``safetensors`` writes ``model.safetensors``, ``config.yaml``, the run folder's
 predictor files (``predictor.json``: class names or answers) and the task's copies of files its config names
-(VQA: ``answers.txt``) (:mod:`common.handoff`). ``onnx`` writes the task's graph (:meth:`common.task.Task.onnx_graph`; the
-cls and vqa tasks), then runs it with onnxruntime on 3 inputs of other batch sizes and lengths and prints
-``max |onnx - eager| = X``; the exit code is 1 when X exceeds 1e-4. A task without a graph is refused by name with
-the reason (exit 2). Everything runs on the CPU in fp32. The task is the one whose data set the config's
-``DATASET.DATASET`` names (``--task`` to choose it).
+(VQA: ``answers.txt``) (:mod:`common.handoff`). ``onnx`` writes the task's graph
+(:meth:`common.task.Task.onnx_graph`; the cls and vqa tasks), then runs it with onnxruntime on 3 inputs of other
+batch sizes and lengths and prints ``max |onnx - eager| = X``; the exit code is 1 when X exceeds 1e-4. A task
+without a graph is refused by name with the reason (exit 2). Everything runs on the CPU in fp32. The task is the
+one whose data set the config's ``DATASET.DATASET`` names (``--task`` to choose it).
 """
 import argparse
 import importlib
