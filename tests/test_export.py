@@ -180,6 +180,14 @@ def test_cls_onnx_answers_as_test_py_and_the_handoff_holds_the_class_names(cls_r
     from_ckpt = Predictor.from_checkpoint(cfg_path, ckpt)(images)
     assert Predictor.from_checkpoint(None, str(folder))(images) == from_ckpt
     assert [len(r["predictions"]) for r in from_ckpt] == [5, 5, 5]
+    # ... and so does scripts/predict.py, --cfg left out
+    from PIL import Image
+    Image.fromarray(images[0]["image"]).save(str(tmp_path / "x.png"))
+    predict = os.path.join(ROOT, "scripts", "predict.py")
+    for name, args in (("ckpt", ["--cfg", cfg_path, "--ckpt", ckpt]), ("folder", ["--ckpt", str(folder)])):
+        assert run_script(predict, args + ["--image", str(tmp_path / "x.png"), "--json",
+                                           str(tmp_path / (name + ".json"))]) in (0, None)
+    assert json.loads((tmp_path / "folder.json").read_text()) == json.loads((tmp_path / "ckpt.json").read_text())
 
 
 def test_a_runtime_that_drifts_past_1e_4_makes_the_check_exit_1(cls_run, tmp_path, capsys, monkeypatch):
