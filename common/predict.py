@@ -306,10 +306,9 @@ class Predictor:
         self.task, self.cfg, self.model, self.task_predictor = task, cfg, model, task_predictor
         self.device = torch.device(device)
         dataset = task_predictor.dataset_class
+        item_cfg = _first_dataset_cfg(cfg) if isinstance(cfg.DATASET, list) else cfg  # the image-text data set
         self.collator = BatchCollator(task_predictor.data_names, pad_values=getattr(dataset, "pad_values", None),
-                                      append_ind=cfg.DATASET.APPEND_INDEX if not isinstance(cfg.DATASET, list)
-                                      else False, scales=canvas_scales(cfg if not isinstance(cfg.DATASET, list)
-                                                                       else _first_dataset_cfg(cfg)),
+                                      append_ind=item_cfg.DATASET.APPEND_INDEX, scales=canvas_scales(item_cfg),
                                       extras=getattr(dataset, "batch_extras", None))
 
     @classmethod
@@ -329,7 +328,7 @@ class Predictor:
                 "grid", "grid": "4x4"}``) for inputs without boxes; default: the run folder's record
                 (:data:`FEATURE_INFO`), else a :data:`DEFAULT_GRID` grid.
             task: a task name or :class:`common.task.Task`; default: the task whose data set the config names
-                (its package must be imported, e.g. ``import vqa.task``).
+                (its ``<task>.task`` module must be imported; ``scripts/predict.py`` imports them all).
         Raises:
             UserInputError: a missing or unreadable file, a bad config, a checkpoint of another task or
                 model, an answer vocabulary or class list that does not match the checkpoint, a
@@ -353,12 +352,15 @@ class Predictor:
             raise UserInputError(str(e)) from None
         _check_same_task(task, cfg, ckpt, ckpt_path, cfg_path)
         task.check_checkpoint(cfg, ckpt, ckpt_path)
-        if isinstance(box_source, dict):
-            box_source = BoxSource(device=device, **box_source)
-        task_predictor = task.predictor(cfg, ckpt, ckpt_path, device, feature_weights=feature_weights,
-                                        box_source=box_source)
-        with held_random_init_warnings():  # dropped: the checkpoint sets every weight
-            model = task.build_model(cfg)
+        try:
+            if isinstance(box_source, dict):
+                box_source = BoxSource(device=device, **box_source)
+            task_predictor = task.predictor(cfg, ckpt, ckpt_path, device, feature_weights=feature_weights,
+                                            box_source=box_source)
+            with held_random_init_warnings():  # dropped: the checkpoint sets every weight
+                model = task.build_model(cfg)
+        except FileNotFoundError as e:  # a file the config names (BERT folder, answer file, weights)
+            raise UserInputError(str(e)) from None
         try:
             load_model_state_dict(model, ckpt["state_dict"], source=ckpt_path)
         except CheckpointError as e:
