@@ -25,8 +25,9 @@ Files next to the checkpoint (its run folder) that the predictor reads:
 - :data:`RUN_INFO` (``predictor.json``): written by training (:meth:`common.task.Task.run_info`): the class
   names of a classifier, the answer vocabulary of a VQA model.
 - :data:`FEATURE_INFO` (``feature_extractor.json``): how the precomputed region features a model was trained
-  on were made (``{"cfg": ..., "weights": ..., "box_source": {"kind": ..., ...}}``, paths relative to the
-  working folder), written by ``scripts/run_demo_vqa.sh``; ``feature_weights=`` overrides its weights.
+  on were made (``{"cfg": ..., "opts": [...], "weights": ..., "box_source": {"kind": ..., ...}}``, paths
+  relative to the working folder), written by ``scripts/run_demo_vqa.sh``; ``feature_weights=`` overrides
+  its weights.
 """
 import contextlib
 import json
@@ -158,7 +159,8 @@ def _read_yaml(path, what):
 
 def load_feature_extractor(task, cfg, ckpt_path, feature_weights, device):
     """``(encoder, transform, box source record)`` of a precomputed-feature model: the run folder's
-    ``feature_extractor.json`` (``cfg``, ``weights``, ``box_source``), ``feature_weights`` overriding its weights.
+    ``feature_extractor.json`` (``cfg`` and ``opts`` of ``scripts/extract_features.py``, its ``weights``, the
+    ``box_source`` arguments), ``feature_weights`` overriding its weights.
 
     Raises:
         UserInputError: no weights known (names ``--feature-weights`` / ``feature_weights=``).
@@ -169,7 +171,7 @@ def load_feature_extractor(task, cfg, ckpt_path, feature_weights, device):
         raise UserInputError("{}: the model reads precomputed region features (NETWORK.IMAGE_FEAT_PRECOMPUTED), so a "
                              "photo needs the image encoder that made them: give --feature-weights FILE "
                              "(feature_weights=; the --weights file of scripts/extract_features.py)".format(ckpt_path))
-    opts = list(EXTRACTOR_OPTS) + ["NETWORK.IMAGE_PRETRAINED", ""]
+    opts = list(info.get("opts", [])) + list(EXTRACTOR_OPTS) + ["NETWORK.IMAGE_PRETRAINED", ""]
     # The encoder's config: the recorded one, else the model's own (scripts/run_demo_vqa.sh passes it to both).
     feature_cfg = task.load_config(info["cfg"], opts) if info.get("cfg") else _encoder_cfg(cfg)
     model, transform = build_region_extractor(feature_cfg, weights, device, setting="--feature-weights")
