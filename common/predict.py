@@ -32,6 +32,7 @@ Files next to the checkpoint (its run folder) that the predictor reads:
 import contextlib
 import json
 import os
+import warnings
 
 import numpy as np
 import torch
@@ -359,7 +360,9 @@ class Predictor:
                 box_source = BoxSource(device=device, **box_source)
             task_predictor = task.predictor(cfg, ckpt, ckpt_path, device, feature_weights=feature_weights,
                                             box_source=box_source)
-            with held_random_init_warnings():  # dropped: the checkpoint sets every weight
+            # Warnings about weights the build leaves random are dropped: the checkpoint sets every weight.
+            with held_random_init_warnings(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
                 model = task.build_model(cfg)
         except FileNotFoundError as e:  # a file the config names (BERT folder, answer file, weights)
             raise UserInputError(str(e)) from None
