@@ -5,7 +5,8 @@ gloo) in a fresh model folder, then measures the Q->A accuracy of its last check
 learnable validation items (``data/demo/val_shapes.jsonl``) with ``vcr/val.py``; then the same with
 ``NETWORK.BLIND true`` (no image: a text-only model, expected near chance, 25%). Prints both
 accuracies, their ratio and the training wall times (process start to exit, start-up and the
-per-epoch validation included).
+per-epoch validation included), with the machine's state at the start and at the end (load average, CPU
+model, cores, torch threads: ``bench/machine.py``), so an idle figure can be told from a busy one.
 
 Target: vision >= 80% within 10 minutes of training, blind < 35%.
 
@@ -20,7 +21,12 @@ import subprocess
 import sys
 import time
 
+import torch  # noqa: F401  (for the thread count of the machine state)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from bench.machine import describe, machine_state  # noqa: E402
+
 CFG = "cfgs/vcr/demo_q2a_cpu.yaml"
 VAL_OPTS = ["DATASET.VAL_ANNOTATION_FILE", "val_shapes.jsonl"]
 # The run is stopped only far past the budget; a late finish is reported, not hidden.
@@ -67,6 +73,11 @@ def main():
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="extra overrides for both runs")
     args = parser.parse_args()
     root = os.path.abspath(os.path.join(args.out, time.strftime("%Y%m%d-%H%M%S")))
+    start = machine_state()
+    print(describe(start, "start"), flush=True)
+    # torchrun gives each of its processes OMP_NUM_THREADS=1 when the variable is unset and nproc > 1.
+    print("training: 2 processes, torch threads each: {}".format(
+        start.omp_num_threads or "1 (torchrun's default, OMP_NUM_THREADS unset)"), flush=True)
 
     results = {}
     for name, extra in (("vision", []), ("blind", ["NETWORK.BLIND", "true"])):
@@ -81,6 +92,10 @@ def main():
     print("vision / blind accuracy ratio: {:.2f}".format(acc_v / max(acc_b, 1e-9)))
     ok = done_v and sec_v <= args.budget_s and acc_v >= 0.80 and acc_b < 0.35
     print("target (vision >= 0.80 within {:.0f} s, blind < 0.35): {}".format(args.budget_s, "MET" if ok else "NOT MET"))
+    print(describe(start, "start"))
+    print(describe(machine_state(), "end"))
+    print("figures taken on {} machine (1-minute load average {:.2f} at the start; idle: < 0.5)".format(
+        "an idle" if start.idle else "a BUSY", start.load[0]))
     print("logs:", root)
     return 0 if ok else 1
 
