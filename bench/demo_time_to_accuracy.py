@@ -5,7 +5,9 @@ gloo) in a fresh model folder, then measures the Q->A accuracy of its last check
 learnable validation items (``data/demo/val_shapes.jsonl``) with ``vcr/val.py``; then the same with
 ``NETWORK.BLIND true`` (no image: a text-only model, expected near chance, 25%). Prints both
 accuracies, their ratio and the training wall times (process start to exit, start-up and the
-per-epoch validation included), with the machine's state at the start and at the end (load average, CPU
+per-epoch validation included); from each run's log its Val-Acc per epoch (the full validation set of the
+config), the time from the training loop's start to Val-Acc >= 0.8 and the seconds per optimizer step
+(``bench/run_log.py``); with the machine's state at the start and at the end (load average, CPU
 model, cores, torch threads: ``bench/machine.py``), so an idle figure can be told from a busy one.
 
 Target: vision >= 80% within 10 minutes of training, blind < 35%.
@@ -26,6 +28,7 @@ import torch  # noqa: F401  (for the thread count of the machine state)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from bench.machine import describe, machine_state  # noqa: E402
+from bench.run_log import seconds_per_step, time_to, validations  # noqa: E402
 
 CFG = "cfgs/vcr/demo_q2a_cpu.yaml"
 VAL_OPTS = ["DATASET.VAL_ANNOTATION_FILE", "val_shapes.jsonl"]
@@ -87,6 +90,15 @@ def main():
         results[name] = (acc, seconds, finished)
         print("{:6s}: Q->A accuracy on val_shapes {:.4f}, training wall time {:.0f} s{}".format(
             name, acc, seconds, "" if finished else " (stopped at the hard limit)"), flush=True)
+        with open(os.path.join(root, name, "train.log")) as f:
+            log = f.read()
+        epochs = ", ".join("epoch {} {:.3f} at {}".format(v.epoch, v.metrics.get("Acc", float("nan")),
+                                                         "?" if v.seconds is None else "{:.0f} s".format(v.seconds))
+                           for v in validations(log))
+        reached, per_step = time_to(log, "Acc", 0.8), seconds_per_step(log)
+        print("{:6s}: Val-Acc {}; Val-Acc >= 0.8 {} after the first step; {} s per optimizer step".format(
+            name, epochs or "none logged", "{:.0f} s".format(reached) if reached is not None else "never",
+            "{:.3f}".format(per_step) if per_step is not None else "?"), flush=True)
 
     (acc_v, sec_v, done_v), (acc_b, _, _) = results["vision"], results["blind"]
     print("vision / blind accuracy ratio: {:.2f}".format(acc_v / max(acc_b, 1e-9)))
