@@ -41,6 +41,7 @@ FILE_EXTENSIONS = {"md", "py", "sh", "yaml", "yml", "txt", "json", "jsonl", "mod
                    "npy", "png", "jpg", "log", "p", "pth", "safetensors", "cache", "doc"}
 SCRIPT = re.compile(r"^(?:\./)?((?:scripts|bench)/[\w./-]+\.(?:py|sh)|(?:{})/\w+\.py)$".format("|".join(TASK_NAMES)))
 SHELL_LANGS = {"", "bash", "sh", "shell", "console"}
+PYTHONS = {"python", "python3", ".venv/bin/python", "$PY"}
 FIGURE = re.compile(r"<!--\s*(/?)FIGURE:\s*([\w-]+)\s*-->")
 
 
@@ -259,18 +260,32 @@ def subcommands(help_text):
     return set(m.group(1).split(",")) if m else set()
 
 
+def inline_command(span):
+    """Whether a code span of the prose is a command line: it starts with a repository script, or with
+    ``python`` and one (``python bench/x.py --flag``, ``./scripts/run_demo.sh vqa``)."""
+    words = tokens(span)
+    if words and words[0] in PYTHONS:
+        words = words[1:]
+    return bool(words) and SCRIPT.match(words[0]) is not None
+
+
 def shown_commands(paths):
-    """(page:line, script, arguments) of every repository script in the shell blocks of the pages."""
+    """(page:line, script, arguments) of every repository script in the shell blocks of the pages, and in
+    the prose's code spans that are command lines (the README's task table)."""
     shown = []
     for path in paths:
         with open(path, encoding="utf-8") as f:
-            _, blocks = split_markdown(f.read())
+            prose, blocks = split_markdown(f.read())
+        page = os.path.relpath(path, ROOT)
         for start, lang, lines in blocks:
             if lang not in SHELL_LANGS:
                 continue
             for line in command_lines(lines):
-                for script, args in invocations(line):
-                    shown.append(("{}:{}".format(os.path.relpath(path, ROOT), start), script, args))
+                shown += [("{}:{}".format(page, start), script, args) for script, args in invocations(line)]
+        for number, line in prose:
+            for span in CODE_SPAN.findall(line):
+                if inline_command(span):
+                    shown += [("{}:{}".format(page, number), script, args) for script, args in invocations(span)]
     return shown
 
 
@@ -419,9 +434,11 @@ def test_command_check_reports_unknown_flags_keys_and_scripts(tmp_path):
         "./scripts/run_tests.sh --runslow --slowest\n"
         "python bench/no_such_bench.py\n"
         "```\n"
-        "```json\n{\"python vcr/val.py --ignored\": 1}\n```\n")
+        "```json\n{\"python vcr/val.py --ignored\": 1}\n```\n"
+        "Inline: `python vqa/eval.py --result R --bogus`, not a command: `vqa/eval.py` alone is, `see --x`.\n")
     problems = command_problems([str(page)])
-    assert len(problems) == 4, problems
+    assert len(problems) == 5, problems
+    assert "page.md:12: vqa/eval.py: does not accept --bogus" in problems[4]
     assert "vcr/val.py: does not accept --no-such-flag" in problems[1]
     assert "vqa/test.py: --opts TRAIN.NOPE: no such config key" in problems[2]
     assert "scripts/run_tests.sh: does not accept --slowest" in problems[3]
