@@ -1,4 +1,5 @@
-"""The docs stay true (issue 28): in ``README.md``, ``CHANGELOG.md`` and ``docs/*.md``
+"""The docs stay true (issue 28): in ``README.md``, ``docs/*.md``, ``CHANGELOG.md`` and the data and
+pretrained-model pages they link to
 
 * every relative link resolves: the file exists, and a ``#anchor`` names a heading of the target in
   GitHub's slug style;
@@ -45,11 +46,14 @@ PYTHONS = {"python", "python3", ".venv/bin/python", "$PY"}
 FIGURE = re.compile(r"<!--\s*(/?)FIGURE:\s*([\w-]+)\s*-->")
 
 
+# Pages outside docs/ that the docs link to for the details (data layouts, pretrained files).
+LINKED_PAGES = ("CHANGELOG.md", "data/PREPARE_DATA.md", "model/pretrained_model/PREPARE_PRETRAINED_MODELS.md")
+
+
 def doc_files():
-    """The checked pages: README.md, CHANGELOG.md (when present) and docs/*.md, as absolute paths."""
+    """The checked pages: README.md, docs/*.md and the :data:`LINKED_PAGES` present, as absolute paths."""
     files = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
-    changelog = os.path.join(ROOT, "CHANGELOG.md")
-    return files + ([changelog] if os.path.isfile(changelog) else [])
+    return files + [p for p in (os.path.join(ROOT, name) for name in LINKED_PAGES) if os.path.isfile(p)]
 
 
 def split_markdown(text):
