@@ -62,6 +62,18 @@ def train(model_dir, opts, budget_s):
     return time.time() - start, finished
 
 
+def log_figures(log):
+    """One line of a training log's figures: Val-Acc per epoch (seconds since the first step), the time from
+    the first step to Val-Acc >= 0.8 and the seconds per optimizer step (``bench/run_log.py``)."""
+    epochs = ", ".join("epoch {} {:.3f} at {}".format(v.epoch, v.metrics.get("Acc", float("nan")),
+                                                     "?" if v.seconds is None else "{:.0f} s".format(v.seconds))
+                       for v in validations(log))
+    reached, per_step = time_to(log, "Acc", 0.8), seconds_per_step(log)
+    return "Val-Acc {}; Val-Acc >= 0.8 {} after the first step; {} s per optimizer step".format(
+        epochs or "none logged", "never" if reached is None else "{:.0f} s".format(reached),
+        "?" if per_step is None else "{:.3f}".format(per_step))
+
+
 def accuracy(ckpt, opts):
     """Q->A accuracy printed by vcr/val.py for ckpt on val_shapes.jsonl."""
     cmd = [sys.executable, "vcr/val.py", "--cfg", CFG, "--ckpt", ckpt, "--opts"] + VAL_OPTS + opts
@@ -91,14 +103,7 @@ def main():
         print("{:6s}: Q->A accuracy on val_shapes {:.4f}, training wall time {:.0f} s{}".format(
             name, acc, seconds, "" if finished else " (stopped at the hard limit)"), flush=True)
         with open(os.path.join(root, name, "train.log")) as f:
-            log = f.read()
-        epochs = ", ".join("epoch {} {:.3f} at {}".format(v.epoch, v.metrics.get("Acc", float("nan")),
-                                                         "?" if v.seconds is None else "{:.0f} s".format(v.seconds))
-                           for v in validations(log))
-        reached, per_step = time_to(log, "Acc", 0.8), seconds_per_step(log)
-        print("{:6s}: Val-Acc {}; Val-Acc >= 0.8 {} after the first step; {} s per optimizer step".format(
-            name, epochs or "none logged", "{:.0f} s".format(reached) if reached is not None else "never",
-            "{:.3f}".format(per_step) if per_step is not None else "?"), flush=True)
+            print("{:6s}: {}".format(name, log_figures(f.read())), flush=True)
 
     (acc_v, sec_v, done_v), (acc_b, _, _) = results["vision"], results["blind"]
     print("vision / blind accuracy ratio: {:.2f}".format(acc_v / max(acc_b, 1e-9)))

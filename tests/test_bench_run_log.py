@@ -1,7 +1,11 @@
 """bench/run_log.py: the figures bench/demo_time_to_accuracy.py reads back from a run's log."""
+import os
+import runpy
+
 import pytest
 
 from bench import run_log
+from tests.conftest import ROOT
 from tests.tiny_vcr import checkpoint, log_text
 
 LOG = """2026-12-01 10:00:00,000 training on 2 process(es), device cpu; output folder out
@@ -37,3 +41,16 @@ def test_reads_the_log_of_a_real_run(tiny_init):
     assert vals[0].metrics["Acc"] == pytest.approx(checkpoint(model_dir, 0)["validation_monitor"]["best_val"], abs=1e-6)
     assert vals[0].seconds > 0
     assert run_log.seconds_per_step(text) > 0
+
+
+def test_demo_bench_line_of_a_real_log(tiny_init):
+    """bench/demo_time_to_accuracy.py's figure line, from the tiny run's log."""
+    text = log_text(tiny_init[0])
+    line = runpy.run_path(os.path.join(ROOT, "bench", "demo_time_to_accuracy.py"))["log_figures"](text)
+    acc, per_step = run_log.validations(text)[0], run_log.seconds_per_step(text)
+    reached = run_log.time_to(text, "Acc", 0.8)
+    assert line == "Val-Acc epoch 0 {:.3f} at {:.0f} s; Val-Acc >= 0.8 {} after the first step; {:.3f} s per optimizer " \
+                   "step".format(acc.metrics["Acc"], acc.seconds, "never" if reached is None else "{:.0f} s".format(reached),
+                                 per_step)
+    assert runpy.run_path(os.path.join(ROOT, "bench", "demo_time_to_accuracy.py"))["log_figures"]("") == \
+        "Val-Acc none logged; Val-Acc >= 0.8 never after the first step; ? s per optimizer step"
