@@ -399,7 +399,8 @@ def test_every_docs_page_is_linked_from_the_readme():
         readme = f.read()
     unlinked = [os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))
                 if "(docs/{})".format(os.path.basename(p)) not in readme]
-    assert not unlinked, "docs pages missing from README.md's tables: {}".format(unlinked)
+    assert not unlinked, ("docs pages missing from README.md's tables: {}; add one row each "
+                          "(| subject | [docs/x.md](docs/x.md) |)".format(unlinked))
 
 
 # --- the checks fail on broken pages -------------------------------------------------------------
