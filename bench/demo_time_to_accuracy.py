@@ -54,11 +54,14 @@ def train(model_dir, opts, budget_s):
     start = time.time()
     with open(os.path.join(model_dir, "train.log"), "w") as log:
         try:
-            subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True,
-                           timeout=budget_s * HARD_LIMIT_FACTOR)
+            code = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=budget_s * HARD_LIMIT_FACTOR).returncode
             finished = True
         except subprocess.TimeoutExpired:
-            finished = False
+            code, finished = 0, False
+    if code != 0:
+        sys.exit("error: training failed with exit code {}; its output is in {} (data/demo and the MiniLM "
+                 "link: run ./scripts/run_demo.sh once)".format(code, log.name))
     return time.time() - start, finished
 
 
