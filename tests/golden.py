@@ -5,7 +5,7 @@ Why a tolerance: PyTorch picks its CPU kernels at run time (``ATEN_CPU_CAPABILIT
 and the kernels of one processor sum in another order than those of another; on fixed weights and inputs the
 outputs differ by about 1e-7 relative between processors (issue 28: the 8th significant digit of the VCR
 probabilities). :data:`RTOL` (1e-6 relative, ten times that) with the floor :data:`ATOL` (1e-7, for values
-near 0) passes those differences and nothing a model or data change would produce.
+near 0) passes those differences; a change of model or data code moves these outputs by far more.
 
 What stays exact: ids, order, file names, keys, layout, formatting, integers; and a choice (an answer, a box),
 unless its two best scores are within the tolerance: then either is accepted (:class:`Choices`).
