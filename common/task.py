@@ -59,8 +59,8 @@ class Task:
             config is read (:func:`common.config.task_rules` adds the task's keys to the shared ones).
         partial_pretrain_key: dotted config key that the ``--partial-pretrain`` flag sets; None: the task
             takes no such file, and the flag stops the run with an error.
-        onnx_refusal: why ``scripts/export.py --format onnx`` refuses the task, checked before anything is
-            loaded; None for a task that defines :meth:`onnx_graph`.
+        onnx_refusal: why ``scripts/export.py --format onnx`` refuses the task (:meth:`onnx_export_refusal`);
+            None for a task that defines :meth:`onnx_graph`.
     """
     name: str = ""
     models: Optional[Registry] = None
@@ -179,6 +179,11 @@ class Task:
         """
         from common.errors import UserInputError
         raise UserInputError("task '{}' has no predictor".format(self.name))
+
+    def onnx_export_refusal(self, cfg):
+        """Why ``scripts/export.py --format onnx`` refuses the config ``cfg`` (checked before anything loads), or
+        None when :meth:`onnx_graph` exports it. Default: :attr:`onnx_refusal`."""
+        return self.onnx_refusal
 
     def onnx_graph(self, cfg, model):
         """The :class:`common.onnx_export.OnnxGraph` that ``scripts/export.py`` writes for ``model`` (built from

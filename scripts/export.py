@@ -99,8 +99,9 @@ def main(argv=None):
         check_opset(args.opset)
         check_packages()
     task, cfg = load_config(args)
-    if args.format == "onnx" and task.onnx_refusal:
-        raise ExportRefused(task.name, task.onnx_refusal)
+    refusal = task.onnx_export_refusal(cfg) if args.format == "onnx" else None
+    if refusal:
+        raise ExportRefused(task.name, refusal)
     model = load_for_inference(task, cfg, args.ckpt, "cpu")
     if args.format == "safetensors":
         run = args.ckpt if os.path.isdir(args.ckpt) else os.path.dirname(os.path.abspath(args.ckpt))

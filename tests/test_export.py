@@ -215,6 +215,17 @@ def test_tasks_without_a_graph_are_refused_by_name_before_anything_loads(cfg, ta
     assert not os.path.exists(tmp_path / "x.onnx")
 
 
+def test_vqa_with_the_vit_encoder_on_pixels_is_refused_with_the_reason(tmp_path, capsys):
+    from tests.test_vit_end2end import vit_opts
+    from vqa.function.onnx import VIT_REFUSAL
+
+    cfg = tiny_vqa.CFGS[VQA_CFG]
+    code, _, err = export(capsys, "--cfg", cfg, "--ckpt", tmp_path / "none.model", "--format", "onnx", "--out",
+                          tmp_path / "x.onnx", "--opts", "NETWORK.IMAGE_FEAT_PRECOMPUTED", "false",
+                          *vit_opts("vqa", cfg))
+    assert (code, err.strip()) == (2, "error: task 'vqa' cannot be exported to ONNX: " + VIT_REFUSAL)
+
+
 def test_an_opset_below_17_is_refused(cls_run, tmp_path, capsys):
     cfg_path, ckpt, _ = cls_run
     code, _, err = export(capsys, "--cfg", cfg_path, "--ckpt", ckpt, "--format", "onnx", "--out", tmp_path / "x.onnx",

@@ -6,6 +6,10 @@ from common.onnx_export import NamedOutputs, OnnxGraph
 # (batch, boxes, question length, image width, image height) of each example case: case 0 is traced, 1..3 are
 # checked.
 CASES = ((2, 4, 6, 64, 48), (1, 3, 4, 48, 64), (3, 5, 9, 80, 56), (4, 7, 13, 72, 72))
+# Why a ViT image encoder on pixels does not export (vqa.task.VQATask.onnx_export_refusal).
+VIT_REFUSAL = ("the ViT image encoder (NETWORK.IMAGE_ENCODER 'vit') on pixels groups the images by size in a Python "
+               "loop, which torch.export cannot trace; region features (NETWORK.IMAGE_FEAT_PRECOMPUTED) or the "
+               "ResNet encoder export")
 # Padded box rows hold this value (vqa.modules.resnet_vlbert_for_vqa.box_mask reads rows above -1.5 as boxes).
 BOX_PAD = -2.0
 
