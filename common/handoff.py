@@ -16,6 +16,9 @@ files' keys pointing at the copies.
 import json
 import os
 
+from safetensors import safe_open
+from safetensors.torch import load_file, save
+
 from common.checkpoint import CheckpointError, model_state_fp32
 from common.config import dump_config
 from common.safe_write import atomic_write
@@ -38,8 +41,6 @@ def write_handoff(folder, task, cfg, model, run_files=()):
     Raises:
         OutputWriteError: a file cannot be written (names the folder and the cause).
     """
-    from safetensors.torch import save
-
     extra = task.handoff_files(cfg)
     metadata = {"format": "pt", "task": task.name, "module": cfg.MODULE,
                 "files": json.dumps({name: key for name, (key, _) in extra.items()})}
@@ -59,8 +60,6 @@ def write_handoff(folder, task, cfg, model, run_files=()):
 
 
 def _metadata(folder):
-    from safetensors import safe_open
-
     path = os.path.join(folder, WEIGHTS_FILE)
     try:
         with safe_open(path, framework="pt") as f:
@@ -91,8 +90,6 @@ def read_handoff(folder):
     Raises:
         CheckpointError: the weights file is unreadable. FileNotFoundError: no ``config.yaml``.
     """
-    from safetensors.torch import load_file
-
     _metadata(folder)  # a clear error for a foreign or truncated file
     with open(os.path.join(folder, CONFIG_FILE), encoding="utf-8") as f:
         config = f.read()

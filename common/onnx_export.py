@@ -7,7 +7,7 @@ reason (:class:`ExportRefused`).
 
 The exporter is ``torch.onnx.export(dynamo=True)`` (``torch.export`` + onnxscript): the TorchScript exporter
 (``dynamo=False``) traces Python ints read from tensors (the batch's longest text) as constants, which gives a
-graph valid for one input only. Under ``torch.export`` the models size such tensors by the inputs' padded
+graph fixed to the traced input (for VL-BERT, one that onnxruntime refuses to load). Under ``torch.export`` the models size such tensors by the inputs' padded
 shapes (:func:`common.modeling.module.exporting`).
 """
 import importlib.util

@@ -273,3 +273,15 @@ def test_a_missing_checkpoint_and_a_folder_that_is_no_handoff_stop_with_one_erro
     assert (code, err.strip()) == (2, "error: checkpoint {} does not exist".format(tmp_path / "none.model"))
     code, _, err = export(capsys, "--ckpt", tmp_path, "--format", "safetensors", "--out", tmp_path / "out")
     assert (code, err.strip()) == (2, "error: --cfg is needed: --ckpt {} is not a hand-off folder".format(tmp_path))
+
+
+def test_a_truncated_handoff_weights_file_stops_with_one_error_line(cls_run, tmp_path, capsys):
+    cfg_path, ckpt, _ = cls_run
+    folder = tmp_path / "handoff"
+    assert export(capsys, "--cfg", cfg_path, "--ckpt", ckpt, "--format", "safetensors", "--out", folder)[0] == 0
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    code, _, err = export(capsys, "--ckpt", folder, "--format", "onnx", "--out", tmp_path / "x.onnx")
+    assert code == 2
+    assert err.startswith("error: {} is not a readable safetensors file (".format(weights)) and len(
+        err.strip().splitlines()) == 1
