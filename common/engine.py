@@ -94,7 +94,8 @@ def build_loader(task, cfg, mode, world_size=1, rank=0):
     if isinstance(cfg.DATASET, list):
         loaders = [build_loader(task, sub, mode, world_size, rank) for sub in dataset_configs(cfg)]
         return MultiTaskDataLoader(loaders) if mode == "train" else MultiTaskEvalLoader(loaders)
-    return make_dataloader(cfg, mode, world_size, rank, dataset=task.build_dataset(cfg, mode))
+    return make_dataloader(cfg, mode, world_size, rank, dataset=task.build_dataset(cfg, mode),
+                           batch_multiple=task.train_batch_multiple(cfg))
 
 
 def build_precision(cfg, device):

@@ -56,3 +56,34 @@ def test_logged_lr_is_the_lr_each_step_used(tmp_path):
         expected.append(timm_opt.param_groups[0]["lr"])
     assert expected[0] == pytest.approx(1e-7)  # the warmup's start: base LR x WARMUP_FACTOR
     assert [v for _, v in points] == pytest.approx(expected, rel=1e-6, abs=1e-12)
+
+
+MIXUP = ["TRAIN.MIXUP_ALPHA", "0.8", "TRAIN.CUTMIX_ALPHA", "1.0"]
+
+
+def test_mixup_with_an_odd_batch_size_stops_at_the_config(tmp_path, capsys):
+    code, out = train_cls(tmp_path, 10, MIXUP + ["TRAIN.BATCH_IMAGES", "3"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "error: --opts: TRAIN.BATCH_IMAGES: expected an even int >= 1 (TRAIN.MIXUP_ALPHA 0.8, TRAIN.CUTMIX_ALPHA "
+        "1.0: timm's Mixup / CutMix mixes pairs), got 3"]
+    assert not os.path.exists(out)  # stopped before anything was written
+
+
+def test_mixup_drops_the_odd_last_batch_of_an_epoch_with_one_log_line(tmp_path):
+    """45 images at batch 8: 5 full batches per epoch, the last one (5 images) dropped; 2 epochs of 5 steps."""
+    code, out = train_cls(tmp_path, 45, MIXUP + ["TRAIN.BATCH_IMAGES", "8", "TRAIN.END_EPOCH", "2",
+                                                 "TRAIN.WARMUP_STEPS", "1"])
+    assert code in (0, None)
+    log = "".join(open(p).read() for p in glob.glob(os.path.join(out, "*.log")))
+    dropped = [line for line in log.splitlines() if "dropped" in line]
+    assert len(dropped) == 1, dropped
+    assert dropped[0].endswith(
+        "the last training batch of each epoch would hold 5 sample(s), not a multiple of 2: it is dropped (5 of 45 "
+        "samples per process and epoch are not trained; timm's Mixup / CutMix (TRAIN.MIXUP_ALPHA, "
+        "TRAIN.CUTMIX_ALPHA) needs an even batch)")
+    state = torch.load(os.path.join(out, "vit_tiny_demo-0001.model"), map_location="cpu", weights_only=True)
+    assert state["train_state"]["global_step"] == 10 and state["train_state"]["epoch"] == 2
+    # LOG_FREQUENT 20: a point at batch 0 of each epoch of 5 batches (x = 5 x epoch + batch)
+    assert [s for s, _ in tensorboard_scalars_in(out)["LR/Group_0"]] == [0, 5]
