@@ -87,3 +87,42 @@ def test_mixup_drops_the_odd_last_batch_of_an_epoch_with_one_log_line(tmp_path):
     assert state["train_state"]["global_step"] == 10 and state["train_state"]["epoch"] == 2
     # LOG_FREQUENT 20: a point at batch 0 of each epoch of 5 batches (x = 5 x epoch + batch)
     assert [s for s, _ in tensorboard_scalars_in(out)["LR/Group_0"]] == [0, 5]
+
+
+def _exif_rotate(path):
+    """Re-save the image at ``path`` with EXIF orientation 6 (rotate 90 degrees to show it), pixels unchanged."""
+    from PIL import Image
+
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.open(path).save(path, exif=exif, quality=95)
+
+
+def test_vcr_trains_on_an_exif_rotated_image_whose_metadata_fits_its_stored_pixels(tmp_path, tiny_vcr):
+    """One training image of the tiny VCR data re-saved with EXIF orientation 6, its metadata (boxes beyond the
+    upright size) made on the stored pixels: vcr/train_end2end.py trains the epoch, with one warning for it."""
+    import json
+    import shutil
+
+    from tests.tiny_vcr import log_text, train_in_process
+
+    data = str(tmp_path / "data")
+    shutil.copytree(tiny_vcr.data, data)
+    with open(os.path.join(data, "train.jsonl")) as f:
+        items = [json.loads(line) for line in f if line.strip()]
+    for item in items:
+        with open(os.path.join(data, "vcr1images", item["metadata_fn"])) as f:
+            meta = json.load(f)
+        w, h = meta["width"], meta["height"]
+        if w != h and any(b[2] > h or b[3] > w for b in meta["boxes"]):  # a box beyond the upright image
+            break
+    else:
+        raise AssertionError("no training image with a box beyond its upright size")
+    image = os.path.join(data, "vcr1images", item["img_fn"])
+    _exif_rotate(image)
+    code = train_in_process(tmp_path / "run", tiny_vcr.opts(DATASET__DATASET_PATH=data))
+    assert code in (0, None)
+    warned = [line for line in log_text(tmp_path / "run").splitlines() if "has EXIF orientation" in line]
+    assert len(warned) == 1, warned
+    assert "{} has EXIF orientation 6: {}x{} pixels upright, {}x{} as stored, the size in {}".format(
+        image, h, w, w, h, os.path.join(data, "vcr1images", item["metadata_fn"])) in warned[0]

@@ -10,45 +10,72 @@ from common.errors import UserInputError
 
 from .storage import read_bytes
 
-
-def load_image(path):
-    """Decode an image file (or ``archive.zip@/inner`` member, ``store.lmdb@/inner`` key) as a 3-channel RGB ``PIL.Image``.
-
-    EXIF orientation is applied first (phone photos are often stored rotated), then grey,
-    palette, CMYK and RGBA images are converted to RGB.
-
-    Raises:
-        FileNotFoundError: the file is missing.
-        ValueError: the bytes are not a decodable image (message names the file).
-    """
-    return decode_image(read_bytes(path), path)
-
-
-def decode_image(data, name):
-    """Decode image bytes as :func:`load_image` does; ``name`` (the file or archive member) goes into errors.
-
-    Raises:
-        UserInputError: the bytes are not a decodable image.
-    """
-    try:
-        image = Image.open(io.BytesIO(data))
-        image.load()
-    except (UnidentifiedImageError, OSError, SyntaxError) as e:
-        raise UserInputError("cannot decode image '{}': {}".format(name, e)) from None
-    image = ImageOps.exif_transpose(image)
-    return image.convert("RGB") if image.mode != "RGB" else image
+ORIENTATION_TAG = 0x0112  # EXIF 'Orientation'
 
 
 class ImageSizeWarning(UserWarning):
     """A decoded image is not the size its metadata gives, but its boxes fit it (see :func:`check_image_size`)."""
 
 
+class ImageOrientationWarning(UserWarning):
+    """An image's metadata fits its stored pixels, not the orientation its EXIF tag asks for: the stored one is
+    used (see :func:`decode_image`)."""
+
+
+# Images already warned about by ImageOrientationWarning in this process (one warning per image).
+_ORIENTATION_WARNED = set()
+
+
+def load_image(path, recorded_size=None, recorded_in=""):
+    """Decode an image file (or ``archive.zip@/inner`` member, ``store.lmdb@/inner`` key) as a 3-channel RGB ``PIL.Image``.
+
+    EXIF orientation is applied first (phone photos are often stored rotated), unless the metadata's
+    ``recorded_size`` is the stored pixels' size and not the rotated one (see :func:`decode_image`); then
+    grey, palette, CMYK and RGBA images are converted to RGB.
+
+    Raises:
+        FileNotFoundError: the file is missing.
+        ValueError: the bytes are not a decodable image (message names the file).
+    """
+    return decode_image(read_bytes(path), path, recorded_size, recorded_in)
+
+
+def decode_image(data, name, recorded_size=None, recorded_in=""):
+    """Decode image bytes as :func:`load_image` does; ``name`` (the file or archive member) goes into errors.
+
+    The detector that made an image's metadata saw one orientation of it: with ``recorded_size``
+    (``(width, height)`` from the metadata in ``recorded_in``), an image whose EXIF orientation gives
+    another size while its stored pixels have that one comes out as stored, with one
+    :class:`ImageOrientationWarning` per image and process. When neither orientation is the recorded size,
+    the EXIF one is returned (:func:`check_image_size` then decides).
+
+    Raises:
+        UserInputError: the bytes are not a decodable image.
+    """
+    try:
+        stored = Image.open(io.BytesIO(data))
+        stored.load()
+    except (UnidentifiedImageError, OSError, SyntaxError) as e:
+        raise UserInputError("cannot decode image '{}': {}".format(name, e)) from None
+    image = ImageOps.exif_transpose(stored)
+    if recorded_size is not None and image.size != tuple(recorded_size) and stored.size == tuple(recorded_size):
+        if name not in _ORIENTATION_WARNED:
+            _ORIENTATION_WARNED.add(name)
+            warnings.warn(ImageOrientationWarning(
+                "{} has EXIF orientation {}: {}x{} pixels upright, {}x{} as stored, the size in {}; it is used as "
+                "stored (the metadata was made on the stored pixels)".format(
+                    name, stored.getexif().get(ORIENTATION_TAG), *image.size, *stored.size, recorded_in)),
+                stacklevel=2)
+        image = stored
+    return image.convert("RGB") if image.mode != "RGB" else image
+
+
 def check_image_size(image_path, size, recorded_size, recorded_in, boxes, error=UserInputError):
     """Compare a decoded image with the size its metadata gives, before its boxes are clipped to it.
 
-    EXIF orientation is applied when decoding (:func:`load_image`), so a photo whose metadata was
-    measured on the stored pixels comes out with width and height swapped; clipping boxes of the other
-    orientation to it would cut them silently.
+    :func:`load_image` given the metadata's size already picked the orientation (EXIF or as stored) that has
+    it; a size that neither has (a resized image) is checked here: clipping boxes of another size of the
+    image to it would cut them silently.
 
     Args:
         image_path (str): the image, for messages.
@@ -67,7 +94,7 @@ def check_image_size(image_path, size, recorded_size, recorded_in, boxes, error=
     if recorded_size is None or tuple(size) == tuple(recorded_size):
         return
     w, h = size
-    sizes = "{} is {}x{} pixels as decoded (EXIF orientation applied) but {}x{} in {}".format(
+    sizes = "{} is {}x{} pixels as decoded (in either orientation) but {}x{} in {}".format(
         image_path, w, h, *recorded_size, recorded_in)
     outside = ((boxes[:, 2] > w) | (boxes[:, 3] > h)).nonzero()
     if len(outside):

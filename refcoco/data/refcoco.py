@@ -228,7 +228,8 @@ class RefCOCO(Dataset):
         return torch.cat(parts).float()
 
     def _image(self, item):
-        image = load_image(item["image_fn"])
+        image = load_image(item["image_fn"], (item["width"], item["height"]), "{} (image_id {})".format(
+            self.refer.instances_file, item["image_id"]))
         if image.size != (item["width"], item["height"]):
             raise RefCOCODataError("{}: the image is {}x{} pixels but {} says {}x{} (image_id {}); the boxes "
                                    "would not match it".format(item["image_fn"], *image.size, self.refer.instances_file,

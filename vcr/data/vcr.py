@@ -384,20 +384,23 @@ class VCRDataset(Dataset):
                 except (TypeError, ValueError) as e:
                     raise VCRDataError("{} (for {} line {}): 'segms' of object {}: {}".format(
                         ann["metadata_fn"], self.ann_file, ann["line"], o, e)) from None
-        recorded = (meta["width"], meta["height"]) if "width" in meta and "height" in meta else None
-        check_image_size(ann["img_fn"], size, recorded, "{} (for {} line {})".format(
-            ann["metadata_fn"], self.ann_file, ann["line"]), boxes, error=VCRDataError)
+        check_image_size(ann["img_fn"], size, *self._recorded_size(meta, ann), boxes, error=VCRDataError)
         if self.add_image_as_a_box:
             w, h = size
             boxes = torch.cat([torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0, 1.0, 0.0]]), boxes])
             masks = torch.cat([torch.ones(1, *self.mask_size), masks])
         return boxes, masks
 
+    def _recorded_size(self, meta, ann):
+        """``((width, height) or None, where)``: the image size the metadata gives and the words naming it."""
+        recorded = (meta["width"], meta["height"]) if "width" in meta and "height" in meta else None
+        return recorded, "{} (for {} line {})".format(ann["metadata_fn"], self.ann_file, ann["line"])
+
     def __getitem__(self, key):
         index, generator = resolve_key(key)
         ann = self.annotations[index]
         meta = self._load(load_json, ann["metadata_fn"], ann)
-        image = self._load(load_image, ann["img_fn"], ann)
+        image = self._load(lambda path: load_image(path, *self._recorded_size(meta, ann)), ann["img_fn"], ann)
 
         use_rationales = self.task != "Q2A"
         texts = [ann["question"]] + ann["answer_choices"] + (ann["rationale_choices"] if use_rationales else [])

@@ -229,12 +229,13 @@ class VQADataset(Dataset):
             image, (w, h) = None, (regions.image_w, regions.image_h)
         else:
             path = self.files[q["split"]][4].format(q["image_id"])
+            recorded = ((regions.image_w, regions.image_h),
+                        "the regions of question_id {} (image_id {})".format(q["question_id"], q["image_id"]))
             try:
-                image = load_image(path)
+                image = load_image(path, *recorded)
             except (FileNotFoundError, UserInputError) as e:
                 raise VQADataError("question_id {}: {}".format(q["question_id"], e)) from None
-            check_image_size(path, image.size, (regions.image_w, regions.image_h), "the regions of question_id {} "
-                             "(image_id {})".format(q["question_id"], q["image_id"]), boxes, error=VQADataError)
+            check_image_size(path, image.size, *recorded, boxes, error=VQADataError)
             w, h = image.size
         if self.add_image_as_a_box:
             boxes = torch.cat((torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0]]), boxes))
