@@ -11,6 +11,7 @@ from common.errors import UserInputError
 from .storage import read_bytes
 
 ORIENTATION_TAG = 0x0112  # EXIF 'Orientation'
+_TRANSPOSING = (5, 6, 7, 8)  # orientations that swap width and height (EXIF 2.3, tag 274)
 
 
 class ImageSizeWarning(UserWarning):
@@ -58,16 +59,41 @@ def decode_image(data, name, recorded_size=None, recorded_in=""):
     except (UnidentifiedImageError, OSError, SyntaxError) as e:
         raise UserInputError("cannot decode image '{}': {}".format(name, e)) from None
     image = ImageOps.exif_transpose(stored)
-    if recorded_size is not None and image.size != tuple(recorded_size) and stored.size == tuple(recorded_size):
-        if name not in _ORIENTATION_WARNED:
-            _ORIENTATION_WARNED.add(name)
-            warnings.warn(ImageOrientationWarning(
-                "{} has EXIF orientation {}: {}x{} pixels upright, {}x{} as stored, the size in {}; it is used as "
-                "stored (the metadata was made on the stored pixels)".format(
-                    name, stored.getexif().get(ORIENTATION_TAG), *image.size, *stored.size, recorded_in)),
-                stacklevel=2)
+    if _keep_stored(name, stored, image.size, recorded_size, recorded_in):
         image = stored
     return image.convert("RGB") if image.mode != "RGB" else image
+
+
+def image_size(path, recorded_size=None, recorded_in=""):
+    """``(width, height)`` of the image :func:`load_image` would return with the same arguments (the same
+    orientation rule and warning), from the file's header: the pixels are not decoded.
+
+    Raises:
+        FileNotFoundError: the file is missing.
+        UserInputError: the file is not an image PIL can identify (names it).
+    """
+    try:
+        stored = Image.open(io.BytesIO(read_bytes(path)))
+    except (UnidentifiedImageError, OSError, SyntaxError) as e:
+        raise UserInputError("cannot decode image '{}': {}".format(path, e)) from None
+    w, h = stored.size
+    upright = (h, w) if stored.getexif().get(ORIENTATION_TAG, 1) in _TRANSPOSING else (w, h)
+    return stored.size if _keep_stored(path, stored, upright, recorded_size, recorded_in) else upright
+
+
+def _keep_stored(name, stored, upright_size, recorded_size, recorded_in):
+    """Whether the ``stored`` image (its EXIF orientation not applied) is the one to use: its size is the
+    recorded one and the upright size is not (:class:`ImageOrientationWarning` the first time per ``name``)."""
+    if recorded_size is None or upright_size == tuple(recorded_size) or stored.size != tuple(recorded_size):
+        return False
+    if name not in _ORIENTATION_WARNED:
+        _ORIENTATION_WARNED.add(name)
+        warnings.warn(ImageOrientationWarning(
+            "{} has EXIF orientation {}: {}x{} pixels upright, {}x{} as stored, the size in {}; it is used as "
+            "stored (the metadata was made on the stored pixels)".format(
+                name, stored.getexif().get(ORIENTATION_TAG), *upright_size, *stored.size, recorded_in)),
+            stacklevel=3)
+    return True
 
 
 def check_image_size(image_path, size, recorded_size, recorded_in, boxes, error=UserInputError):
@@ -103,6 +129,26 @@ def check_image_size(image_path, size, recorded_size, recorded_in, boxes, error=
                     "orientation or size of the image; fix the metadata or the image".format(sizes, box))
     warnings.warn(ImageSizeWarning("{}; its boxes fit the decoded image and are used as they are".format(sizes)),
                   stacklevel=2)
+
+
+def check_boxes_inside(image_path, size, boxes, recorded_in, error=UserInputError):
+    """Stop at a box that reaches beyond its image (training clips it silently; a data check reports it).
+
+    Args:
+        image_path (str): the image, for messages.
+        size (tuple of int): ``(width, height)`` of the image.
+        boxes (tensor): float ``(K, >= 4)`` ``x1, y1, x2, y2`` pixels (``x2 = width`` is inside).
+        recorded_in (str): where the boxes come from, for messages.
+        error: exception class raised (a :class:`UserInputError` subclass).
+    Raises:
+        error: a box with ``x1 < 0``, ``y1 < 0``, ``x2 > width`` or ``y2 > height`` (names the box).
+    """
+    w, h = size
+    outside = ((boxes[:, 0] < 0) | (boxes[:, 1] < 0) | (boxes[:, 2] > w) | (boxes[:, 3] > h)).nonzero()
+    if len(outside):
+        k = int(outside[0])
+        raise error("{}: box {} {} reaches beyond the image {} ({}x{} pixels)".format(
+            recorded_in, k, [round(float(v), 2) for v in boxes[k, :4]], image_path, w, h))
 
 
 def load_json(path):
