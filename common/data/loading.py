@@ -131,7 +131,7 @@ def check_image_size(image_path, size, recorded_size, recorded_in, boxes, error=
                   stacklevel=2)
 
 
-def check_boxes_inside(image_path, size, boxes, recorded_in, error=UserInputError):
+def check_boxes_inside(image_path, size, boxes, recorded_in, error=UserInputError, ids=None):
     """Stop at a box that reaches beyond its image (training clips it silently; a data check reports it).
 
     Args:
@@ -140,6 +140,7 @@ def check_boxes_inside(image_path, size, boxes, recorded_in, error=UserInputErro
         boxes (tensor): float ``(K, >= 4)`` ``x1, y1, x2, y2`` pixels (``x2 = width`` is inside).
         recorded_in (str): where the boxes come from, for messages.
         error: exception class raised (a :class:`UserInputError` subclass).
+        ids: the name of each box in messages (its object index in the metadata); default its row.
     Raises:
         error: a box with ``x1 < 0``, ``y1 < 0``, ``x2 > width`` or ``y2 > height`` (names the box).
     """
@@ -148,7 +149,7 @@ def check_boxes_inside(image_path, size, boxes, recorded_in, error=UserInputErro
     if len(outside):
         k = int(outside[0])
         raise error("{}: box {} {} reaches beyond the image {} ({}x{} pixels)".format(
-            recorded_in, k, [round(float(v), 2) for v in boxes[k, :4]], image_path, w, h))
+            recorded_in, k if ids is None else ids[k], [round(float(v), 2) for v in boxes[k, :4]], image_path, w, h))
 
 
 def load_json(path):

@@ -421,7 +421,9 @@ class VCRDataset(Dataset):
         size = self._load(lambda path: image_size(path, *self._recorded_size(meta, ann)), ann["img_fn"], ann)
         texts, keep = self._texts_and_objects(ann)
         boxes, _ = self._boxes_and_masks(meta, ann["objects"], keep, ann, size)
-        check_boxes_inside(ann["img_fn"], size, boxes, self._recorded_size(meta, ann)[1], error=VCRDataError)
+        objects = boxes[1:] if self.add_image_as_a_box else boxes  # (the whole-image box is inside)
+        check_boxes_inside(ann["img_fn"], size, objects, self._recorded_size(meta, ann)[1], error=VCRDataError,
+                           ids=keep)
         names = self._names([ann["objects"][o] for o in keep])
         for text in texts:
             self._tokenize(text, names, 0 if self.add_image_as_a_box else -1)
