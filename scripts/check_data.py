@@ -69,21 +69,21 @@ def task_of(cfg_path, name=None):
 
 
 def source_of(dataset, index):
-    """``{'file': ..., 'line': n}`` or ``{'file': ..., 'index': n}`` where item ``index`` is defined (the data
-    set's ``item_source``), else ``{'index': index}``."""
+    """Where item ``index`` is defined, from the data set's ``item_source(index) -> (file, position)``:
+    ``{'file': ..., 'line': n}`` (a jsonl line, from 1) for an int position, else ``{'file': ..., **position}``
+    (``{'index': n}`` in a JSON list, from 0; ``{'ref_id': .., 'sent_id': ..}``); ``{'item': index}`` without it."""
     where = getattr(dataset, "item_source", None)
     if where is None:
-        return {"index": index}
+        return {"item": index}
     path, position = where(index)
     return {"file": path, "line": position} if isinstance(position, int) else {"file": path, **position}
 
 
 def describe(source):
-    """``FILE line N`` / ``FILE index N`` / ``item N`` for a :func:`source_of` dict."""
-    if "file" not in source:
-        return "item {}".format(source["index"])
-    kind = "line" if "line" in source else "index"
-    return "{} {} {}".format(source["file"], kind, source[kind])
+    """``FILE line N`` / ``FILE index N`` / ``item N`` for a :func:`source_of` dict (``data set`` for none)."""
+    keys = [k for k in source if k not in ("file", "reason", "warning")]
+    where = " ".join("{} {}".format(k, source[k]) for k in keys) or "data set"
+    return "{} {}".format(source["file"], where) if "file" in source else where
 
 
 def check_split(dataset, split, decode=False, progress=True):
@@ -131,8 +131,7 @@ def print_report(report):
             ", {:.2f} s per 1000 items".format(1000 * seconds / split["items"]) if split["items"] else ""))
         for kind, entries, key in (("bad", split["bad"], "reason"), ("warning", split["warnings"], "warning")):
             for entry in entries[:LISTED]:
-                print("  {} {}: {}".format(kind, describe(entry) if "index" in entry or "file" in entry else "data set",
-                                           entry[key]))
+                print("  {} {}: {}".format(kind, describe(entry), entry[key]))
             if len(entries) > LISTED:
                 print("  ... and {} more ({})".format(len(entries) - LISTED, kind))
 

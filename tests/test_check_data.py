@@ -76,3 +76,21 @@ def test_bad_items_are_listed_with_their_file_line_and_reason(tmp_path, tiny_vcr
     assert "  bad {} line {}: {}".format(ann_file, scenes[1] + 1, bad[scenes[1] + 1]["reason"]) in out
     assert captured.err.strip().splitlines()[-1] == ("error: 3 bad item(s); fix them (or their metadata) before "
                                                      "training")
+
+
+def test_cls_labels_beyond_num_classes_are_reported(tmp_path, capsys):
+    """20 images of the cls demo set (labels 0-3 of its 10 classes) read in full with NETWORK.NUM_CLASSES 3: the
+    split is one bad data set."""
+    import tests.test_cls  # noqa: F401  (puts scripts/ on sys.path)
+    import make_cls_demo_data
+    data = make_cls_demo_data.write(str(tmp_path / "data"), train=20, test=10)
+    code = run_script(SCRIPT, ["--cfg", os.path.join(ROOT, "cfgs", "cls", "demo_cpu.yaml"), "--split", "train",
+                               "--opts", "DATASET.DATASET_PATH", data, "NETWORK.NUM_CLASSES", "3"])
+    assert code == 2
+    assert capsys.readouterr().out.splitlines() == [
+        "train: 0 items, 1 bad, 0 warnings; read (not built) in 0.0 s",
+        "  bad data set: UserInputError: NETWORK.NUM_CLASSES: expected more than the largest label 3 of '{}' split "
+        "'train' (10 classes), got 3".format(data)]
+    assert run_script(SCRIPT, ["--cfg", os.path.join(ROOT, "cfgs", "cls", "demo_cpu.yaml"), "--split", "train",
+                               "--opts", "DATASET.DATASET_PATH", data]) in (0, None)
+    assert capsys.readouterr().out.startswith("train: 20 items, 0 bad, 0 warnings; read (in full) in ")

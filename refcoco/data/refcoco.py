@@ -236,6 +236,11 @@ class RefCOCO(Dataset):
                                                                item["width"], item["height"], item["image_id"]))
         return image
 
+    def item_source(self, index):
+        """``(refs file, {'ref_id': r, 'sent_id': s})``: the referring expression item ``index`` reads."""
+        item = self.items[index]
+        return self.refer.refs_file, {"ref_id": item["ref_id"], "sent_id": item["sent_id"]}
+
     def __getitem__(self, key):
         index, generator = resolve_key(key)
         item = self.items[index]

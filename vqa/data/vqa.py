@@ -185,8 +185,14 @@ class VQADataset(Dataset):
                 check_same_split(questions, annotations, q_path, a_path)
                 answers = {a["question_id"]: [x["answer"] for x in a["answers"]] for a in annotations}
             database += [{"question_id": q["question_id"], "image_id": q["image_id"], "question": q["question"],
-                          "answers": answers.get(q["question_id"]), "split": split_index} for q in questions]
+                          "answers": answers.get(q["question_id"]), "split": split_index, "position": k}
+                         for k, q in enumerate(questions)]
         return database
+
+    def item_source(self, index):
+        """``(question file, {'index': n})``: item ``index`` is entry n (from 0) of the file's ``questions`` list."""
+        q = self.database[index]
+        return self.files[q["split"]][0], {"index": q["position"]}
 
     def __len__(self):
         return len(self.database)
