@@ -72,8 +72,9 @@ def image_size(path, recorded_size=None, recorded_in=""):
         FileNotFoundError: the file is missing.
         UserInputError: the file is not an image PIL can identify (names it).
     """
+    data = read_bytes(path)
     try:
-        stored = Image.open(io.BytesIO(read_bytes(path)))
+        stored = Image.open(io.BytesIO(data))
     except (UnidentifiedImageError, OSError, SyntaxError) as e:
         raise UserInputError("cannot decode image '{}': {}".format(path, e)) from None
     w, h = stored.size
