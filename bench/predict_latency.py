@@ -112,7 +112,8 @@ def measure(task, vcr, vqa, root, repeats):
     if task == "vqa":
         random_resnet_file(os.path.join(root, "resnet50-random"), 50)
         with open(os.path.join(folder, FEATURE_INFO), "w") as f:
-            json.dump({"cfg": os.path.join(REPO, CFGS[task]), "weights": os.path.join(root, "resnet50-random-0000.model"),
+            json.dump({"cfg": os.path.join(REPO, CFGS[task]),
+                       "weights": os.path.join(root, "resnet50-random-0000.model"),
                        "box_source": {"kind": "file", "box_files": [os.path.join(vqa, "boxes_test2015.json")]}}, f)
     start = time.perf_counter()
     predictor = Predictor.from_checkpoint(os.path.join(REPO, CFGS[task]), ckpt, opts=opts)

@@ -52,11 +52,12 @@ from common.modeling.region_extractor import EXTRACTOR_OPTS, build_region_extrac
 from common.safe_write import atomic_write
 from common.task import TASKS
 
-__all__ = ["DEFAULT_GRID", "FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task", "load_feature_extractor", "load_input_image",
-           "read_run_info", "top_predictions", "write_run_info"]
+__all__ = ["DEFAULT_GRID", "FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task",
+           "load_feature_extractor", "load_input_image", "read_run_info", "top_predictions", "write_run_info"]
 
 # Boxes of a photo given without boxes when neither the call nor the run folder names a box source.
 DEFAULT_GRID = "4x4"
+# Files next to a checkpoint (module docstring).
 RUN_INFO = "predictor.json"
 FEATURE_INFO = "feature_extractor.json"
 
