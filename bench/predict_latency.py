@@ -11,7 +11,7 @@ on the same scenes; cls a scene.
 
 The onnxruntime columns (the tasks ``scripts/export.py --format onnx`` exports: vqa, cls) time the same calls with
 the model's forward replaced by the exported graph (written by ``scripts/export.py`` from the same checkpoint, run by
-onnxruntime on the CPU): the preprocessing (the VQA region features included) and the decoding stay the
+onnxruntime on the CPU with torch's thread count): the preprocessing (the VQA region features included) and the decoding stay the
 predictor's. The bench stops if a prediction of the graph differs from the predictor's.
 
 Usage: python bench/predict_latency.py [--tasks vqa vcr refcoco cls pretrain] [--repeats 5] [--threads N]
@@ -147,7 +147,9 @@ def onnx_call(predictor, path):
     """``call(inputs)`` = ``predictor(inputs)`` with the model's forward run by onnxruntime on the ONNX file."""
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()  # the threads torch gets, for a like comparison
+    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     names, outputs = [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()]
 
     def call(inputs):
