@@ -234,7 +234,6 @@ def test_an_opset_below_17_is_refused(cls_run, tmp_path, capsys):
     assert err.strip() == "error: --opset: expected 17 or more (SDPA attention and LayerNorm need it), got 16"
 
 
-@pytest.mark.slow
 def test_vqa_onnx_on_pixels_exports_the_resnet_and_roi_align(vqa_run, tmp_path, capsys):
     """NETWORK.IMAGE_FEAT_PRECOMPUTED false: the ResNet-18 and torchvision's RoIAlign are in the graph, with the
     image's height and width free."""
