@@ -5,9 +5,11 @@
 Parses the entry points' flags (``--cfg`` is not read), calls
 :func:`common.distributed.init_distributed` as :func:`common.engine.train_net` does, checks the
 group with one collective and prints ``job J rank R: ranks [0, 1, ...]`` (J = SLURM_JOB_ID).
+GROUP_DELAY="R:S" makes rank R wait S seconds before it joins (a slow start).
 """
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -17,6 +19,9 @@ from common.cli import run_main, train_argument_parser  # noqa: E402
 
 def main():
     args = train_argument_parser("form the process group").parse_args()
+    late_rank, delay = os.environ.get("GROUP_DELAY", "-1:0").split(":")
+    if os.environ.get("SLURM_PROCID") == late_rank:
+        time.sleep(float(delay))
     ctx = cdist.init_distributed(args.dist, args.slurm, timeout_s=60)
     print("job {} rank {}: ranks {}".format(os.environ.get("SLURM_JOB_ID"), ctx.rank, cdist.all_gather(ctx.rank)),
           flush=True)

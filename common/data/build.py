@@ -12,6 +12,7 @@ than :data:`common.data.collate.DEFAULT_PAD_VALUES` names them in a ``pad_values
 import torch
 from torch.utils.data import DataLoader
 
+from common.preemption import worker_ignore_stop_signals
 from common.registry import Registry
 
 from .collate import BatchCollator, canvas_scales
@@ -88,4 +89,5 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
                       collate_fn=BatchCollator(dataset.data_names, pad_values=getattr(dataset, "pad_values", None),
                                                append_ind=cfg.DATASET.APPEND_INDEX, scales=canvas_scales(cfg),
                                                extras=getattr(dataset, "batch_extras", None)),
-                      pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
+                      pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0,
+                      worker_init_fn=worker_ignore_stop_signals)

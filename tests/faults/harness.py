@@ -30,6 +30,16 @@ def launch(cfg, model_dir, faults=None, opts=(), nprocs=1, **popen):
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
+def fake_slurm(folder):
+    """A folder of links to tests/fake_slurm's ``srun``, ``scontrol`` and ``sinfo`` (put it first in PATH);
+    they write their records (``srun_args``, ``requeued``) into it."""
+    bin_dir = os.path.join(str(folder), "bin")
+    os.makedirs(bin_dir)
+    for name in ("srun", "scontrol", "sinfo"):
+        os.symlink(os.path.join(ROOT, "tests", "fake_slurm", name), os.path.join(bin_dir, name))
+    return bin_dir
+
+
 def run(cfg, model_dir, timeout=120, **kwargs):
     """:func:`launch` and wait: ``(returncode, stdout, stderr)``."""
     proc = launch(cfg, model_dir, **kwargs)
