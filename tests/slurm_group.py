@@ -4,7 +4,8 @@
 
 Parses the entry points' flags (``--cfg`` is not read), calls
 :func:`common.distributed.init_distributed` as :func:`common.engine.train_net` does, checks the
-group with one collective and prints ``job J rank R: ranks [0, 1, ...]`` (J = SLURM_JOB_ID).
+group with one collective and prints ``job J rank R: ranks [0, 1, ...], T threads`` (J = SLURM_JOB_ID,
+T = torch's intra-op threads).
 GROUP_DELAY="R:S" makes rank R wait S seconds before it joins (a slow start).
 """
 import os
@@ -12,6 +13,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
 
 from common import distributed as cdist  # noqa: E402
 from common.cli import run_main, train_argument_parser  # noqa: E402
@@ -23,8 +26,8 @@ def main():
     if os.environ.get("SLURM_PROCID") == late_rank:
         time.sleep(float(delay))
     ctx = cdist.init_distributed(args.dist, args.slurm, timeout_s=60)
-    print("job {} rank {}: ranks {}".format(os.environ.get("SLURM_JOB_ID"), ctx.rank, cdist.all_gather(ctx.rank)),
-          flush=True)
+    print("job {} rank {}: ranks {}, {} threads".format(os.environ.get("SLURM_JOB_ID"), ctx.rank,
+                                                         cdist.all_gather(ctx.rank), torch.get_num_threads()), flush=True)
     cdist.barrier()
     cdist.cleanup()
 

@@ -1,6 +1,7 @@
 """Running the tiny task (tests/faults/tiny_task.py) with faults, and comparing whole training states."""
 import math
 import os
+import pathlib
 import subprocess
 
 import torch
@@ -33,10 +34,10 @@ def launch(cfg, model_dir, faults=None, opts=(), nprocs=1, **popen):
 def fake_slurm(folder):
     """A folder of links to tests/fake_slurm's ``srun``, ``scontrol`` and ``sinfo`` (put it first in PATH);
     they write their records (``srun_args``, ``requeued``) into it."""
-    bin_dir = os.path.join(str(folder), "bin")
-    os.makedirs(bin_dir)
+    bin_dir = pathlib.Path(folder) / "bin"
+    bin_dir.mkdir()
     for name in ("srun", "scontrol", "sinfo"):
-        os.symlink(os.path.join(ROOT, "tests", "fake_slurm", name), os.path.join(bin_dir, name))
+        (bin_dir / name).symlink_to(os.path.join(ROOT, "tests", "fake_slurm", name))
     return bin_dir
 
 

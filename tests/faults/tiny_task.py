@@ -15,14 +15,16 @@ Faults for the tests, from environment variables or :func:`install_faults` (coun
     FAULT_KILL_AT_BATCH=n       SIGKILL at the start of the n-th training micro-batch
     FAULT_SIGNAL_AT_BATCH=n:SIG send SIG (TERM, USR1) to itself at the start of the n-th training micro-batch;
                                 several n:SIG pairs, comma-separated, send several
-    FAULT_SIGNAL_STEP_AT_BATCH=n:SIG  send SIG to every rank listed in FAULT_PID_DIR and to all their child
-                                processes (DataLoader workers), as SLURM signals a job step
+    FAULT_SIGNAL_STEP_AT_BATCH=n:SIG  send SIG (through kill(1)) to every rank listed in FAULT_PID_DIR and to
+                                all their child processes (DataLoader workers), as SLURM signals a job step
     FAULT_DIE_RANK=r            ... only on rank r (default: whatever the rank)
     FAULT_KILL_AT_VAL_BATCH=n   SIGKILL at the n-th validation batch
     FAULT_SIGNAL_AT_VAL_BATCH=n:SIG  send SIG to itself at the n-th validation batch
     FAULT_KILL_IN_SAVE=n        SIGKILL halfway through writing the n-th checkpoint file
     FAULT_SAVE_ERROR=ENOSPC:n   from the n-th checkpoint file on, writing fails: ENOSPC (the device is
                                 full after 1 kB of the file) or EACCES (the folder refuses new files)
+    FAULT_SLOW_BATCH_S=s        each training micro-batch takes s more seconds (time to signal a run); in a
+                                SLURM job only in its first run (SLURM_RESTART_COUNT unset)
     FAULT_NAN_FROM_BATCH=n      the loss is NaN from the n-th training micro-batch on
     FAULT_RSS_LOG=path          append "<micro-batch> <peak RSS in KiB>" every 100 training micro-batches
     FAULT_PID_DIR=folder        write this process's pid to <folder>/<rank>.pid
@@ -34,6 +36,7 @@ import io
 import os
 import resource
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -205,8 +208,10 @@ def on_train_batch(n):
         for pair in filter(None, FAULTS.get("FAULT_SIGNAL_STEP_AT_BATCH", "").split(",")):
             at, sig = pair.split(":")
             if int(at) == n:
-                for pid in _step_pids(FAULTS["FAULT_PID_DIR"]):
-                    os.kill(pid, getattr(signal, "SIG" + sig))
+                # from another process, as SLURM's step daemon: a worker exits on its parent's SIGTERM
+                subprocess.run(["kill", "-s", sig] + [str(p) for p in _step_pids(FAULTS["FAULT_PID_DIR"])], check=True)
+    if "FAULT_SLOW_BATCH_S" in FAULTS and "SLURM_RESTART_COUNT" not in os.environ:
+        time.sleep(float(FAULTS["FAULT_SLOW_BATCH_S"]))
     if "FAULT_RSS_LOG" in FAULTS and n % 100 == 0:
         with open(FAULTS["FAULT_RSS_LOG"], "a") as f:
             f.write("{} {}\n".format(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
