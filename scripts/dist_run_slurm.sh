@@ -39,7 +39,8 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 # Each task records its exit code here (a folder of WORK_DIR, which every node sees). A rank exits 75 only
 # once the checkpoint is on disk, so one 75 means "preempted", even when srun killed a slower rank. The
-# task then reports 0 to srun, so that --kill-on-bad-exit lets the other ranks end on their own.
+# task then reports 0 to srun, so that --kill-on-bad-exit lets the other ranks end on their own. A failed
+# job exits with the code of its first failed task (srun's own is 137 when it killed the others).
 mkdir -p "$WORK_DIR"
 EXIT_CODES=$(mktemp -d "$WORK_DIR/.exit-codes.XXXXXX")
 trap 'rm -rf "$EXIT_CODES"' EXIT
@@ -62,6 +63,10 @@ done
 trap - USR1 TERM
 if grep -qx "$PREEMPTED_EXIT_CODE" "$EXIT_CODES"/* 2>/dev/null; then
     rc=$PREEMPTED_EXIT_CODE
+elif [ "$rc" -ne 0 ]; then
+    # the code of the task that failed first (those srun killed then recorded none), e.g. 2 for bad input
+    first=$(cd "$EXIT_CODES" && ls -tr | head -n 1)
+    [ -z "$first" ] || rc=$(cat "$EXIT_CODES/$first")
 fi
 if [ "$rc" -eq "$PREEMPTED_EXIT_CODE" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
     restarts=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -o 'Restarts=[0-9]*' | cut -d= -f2 || true)

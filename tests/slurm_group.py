@@ -6,7 +6,7 @@ Parses the entry points' flags (``--cfg`` is not read), calls
 :func:`common.distributed.init_distributed` as :func:`common.engine.train_net` does, checks the
 group with one collective and prints ``job J rank R: ranks [0, 1, ...], T threads`` (J = SLURM_JOB_ID,
 T = torch's intra-op threads).
-GROUP_DELAY="R:S" makes rank R wait S seconds before it joins (a slow start).
+GROUP_DELAY="R:PATH" makes rank R wait until the file PATH exists before it joins (a slow start).
 """
 import os
 import sys
@@ -22,9 +22,9 @@ from common.cli import run_main, train_argument_parser  # noqa: E402
 
 def main():
     args = train_argument_parser("form the process group").parse_args()
-    late_rank, delay = os.environ.get("GROUP_DELAY", "-1:0").split(":")
-    if os.environ.get("SLURM_PROCID") == late_rank:
-        time.sleep(float(delay))
+    late_rank, _, path = os.environ.get("GROUP_DELAY", "").partition(":")
+    while os.environ.get("SLURM_PROCID") == late_rank and not os.path.exists(path):
+        time.sleep(0.2)
     ctx = cdist.init_distributed(args.dist, args.slurm, timeout_s=60)
     print("job {} rank {}: ranks {}, {} threads".format(os.environ.get("SLURM_JOB_ID"), ctx.rank,
                                                          cdist.all_gather(ctx.rank), torch.get_num_threads()), flush=True)

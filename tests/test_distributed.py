@@ -276,8 +276,8 @@ def test_two_slurm_jobs_on_one_port_fail_cleanly_without_joining(tmp_path):
     """Job ids 10000 apart give one port: the second job's ranks must not join the first job's group
     (its rank 1 reaches the first job's store, which names another job) and end with one error line."""
     job, port = _job_on_a_free_port([])
-    # the first job's rank 1 starts 8 s late: the second job's rank 1 reaches the store first
-    first = _slurm_group(tmp_path, "first", job, GROUP_DELAY="1:8")
+    # the first job's rank 1 joins once the second job has ended: the second job's rank 1 reaches the store first
+    first = _slurm_group(tmp_path, "first", job, GROUP_DELAY="1:{}".format(tmp_path / "go"))
     deadline = time.time() + 120
     while True:  # the first job's rank 0 serves the port
         with socket.socket() as s:
@@ -287,6 +287,7 @@ def test_two_slurm_jobs_on_one_port_fail_cleanly_without_joining(tmp_path):
         time.sleep(0.2)
     second = _slurm_group(tmp_path, "second", job + 10000)
     out2 = second.communicate(timeout=300)[0]
+    (tmp_path / "go").touch()
     out1 = first.communicate(timeout=300)[0]
     assert first.returncode == 0, out1
     assert sorted(re.findall(r"job {} rank (\d): ranks \[0, 1\]".format(job), out1)) == ["0", "1"], out1

@@ -104,7 +104,7 @@ def test_rank_0_slow_to_close_is_not_killed_by_a_rank_that_exits_first(cfg_dir):
 def test_usr1_to_the_batch_shell_reaches_the_tasks(cfg_dir):
     # sbatch --signal=B:USR1@90 signals the batch shell (the launcher) alone
     work = cfg_dir / "work"
-    proc = launch(cfg_dir, work)
+    proc = launch(cfg_dir, work, env={"FAULT_SLOW_BATCH_S": "0.3"})  # 7 s of training: time to signal it
     deadline = time.time() + 120
     while "Epoch[0] Batch [" not in open(proc.log).read():  # the loaders and their workers are up
         assert time.time() < deadline and proc.poll() is None, "training did not start"
