@@ -227,14 +227,13 @@ def train_net(args, cfg, task):
                 trainer.train(train_cfg.BEGIN_EPOCH, train_cfg.END_EPOCH, state)
         except Preempted:
             preempted = True  # the hook logged where it stopped
-        if writer is not None:
-            writer.close()
+        finally:
+            if writer is not None:
+                writer.close()
         # No rank exits before rank 0 has closed its files: a launcher that stops the job on a rank's exit
         # (torchrun, srun --kill-on-bad-exit) would kill it halfway.
         cdist.barrier()
     finally:
-        if writer is not None:
-            writer.close()  # after an error; a second close does nothing
         cdist.cleanup()
     if preempted:
         raise SystemExit(PREEMPTED_EXIT_CODE)

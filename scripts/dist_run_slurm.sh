@@ -48,14 +48,15 @@ trap 'rm -rf "$EXIT_CODES"' EXIT
 # script has ended).
 TASK='trap : TERM USR1; "$@"; rc=$?; echo $rc > "$EXIT_CODES/$SLURM_PROCID"; [ $rc -eq 75 ] && rc=0; exit $rc'
 export EXIT_CODES
+SRUN_PID=
+trap 'echo "SIGUSR1: passed on to the tasks" >&2; [ -z "$SRUN_PID" ] || kill -USR1 "$SRUN_PID"' USR1
+trap 'echo "SIGTERM: waiting for the tasks (SLURM signals them itself)" >&2' TERM
 # shellcheck disable=SC2086  # SRUN_ARGS and PY_ARGS are word lists
 srun -p "$PARTITION" --job-name="$JOB_NAME" "${GRES_ARG[@]}" --ntasks="$NTASKS" \
     --ntasks-per-node="$GPUS_PER_NODE" --cpus-per-task="$CPUS_PER_TASK" --kill-on-bad-exit=1 ${SRUN_ARGS:-} \
     bash -c "$TASK" task "$PYTHON" -u "$SCRIPT" --cfg "$CFG" --model-dir "$WORK_DIR" --slurm --dist ${PY_ARGS:-} \
     "$@" &
 SRUN_PID=$!
-trap 'echo "SIGUSR1: passed on to the tasks" >&2; kill -USR1 "$SRUN_PID"' USR1
-trap 'echo "SIGTERM: waiting for the tasks (SLURM signals them itself)" >&2' TERM
 while :; do
     wait "$SRUN_PID" && rc=0 || rc=$?
     kill -0 "$SRUN_PID" 2>/dev/null || break  # else a trapped signal interrupted the wait
@@ -65,8 +66,10 @@ if grep -qx "$PREEMPTED_EXIT_CODE" "$EXIT_CODES"/* 2>/dev/null; then
     rc=$PREEMPTED_EXIT_CODE
 elif [ "$rc" -ne 0 ]; then
     # the code of the task that failed first (those srun killed then recorded none), e.g. 2 for bad input
-    first=$(cd "$EXIT_CODES" && ls -tr | head -n 1)
-    [ -z "$first" ] || rc=$(cat "$EXIT_CODES/$first")
+    for task in $(cd "$EXIT_CODES" && ls -tr); do
+        code=$(cat "$EXIT_CODES/$task")
+        if [ "$code" -ne 0 ]; then rc=$code; break; fi
+    done
 fi
 if [ "$rc" -eq "$PREEMPTED_EXIT_CODE" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
     restarts=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -o 'Restarts=[0-9]*' | cut -d= -f2 || true)
