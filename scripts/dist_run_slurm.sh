@@ -12,8 +12,8 @@
 #                MASTER_PORT (default 20000 + SLURM_JOB_ID % 10000; the log names the port)
 # Preemption: on SIGTERM or SIGUSR1 every rank stops at the next optimizer step, saves a checkpoint and
 # exits with code 75 (common/preemption.py). The launcher then requeues the job (scontrol requeue), unless
-# SLURM has requeued it already (scontrol requeue, preemption), and TRAIN.AUTO_RESUME continues from
-# that checkpoint. A SIGUSR1 sent to this shell (sbatch --signal=B:USR1@120) is passed on to the tasks;
+# SLURM has requeued it already (scontrol requeue, preemption) or it was cancelled (scancel JOBID), and
+# TRAIN.AUTO_RESUME continues from that checkpoint. A SIGUSR1 sent to this shell (sbatch --signal=B:USR1@120) is passed on to the tasks;
 # a SIGTERM is not (SLURM sends it to the tasks itself):
 #   sbatch --requeue --signal=B:USR1@120 --nodes=1 --ntasks=8 --cpus-per-task=5 --gres=gpu:8 \
 #     scripts/dist_run_slurm.sh PARTITION JOB vcr/train_end2end.py CFG WORK_DIR 8 --opts TRAIN.AUTO_RESUME true
@@ -72,9 +72,12 @@ elif [ "$rc" -ne 0 ]; then
     done
 fi
 if [ "$rc" -eq "$PREEMPTED_EXIT_CODE" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
-    restarts=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -o 'Restarts=[0-9]*' | cut -d= -f2 || true)
+    job=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null || true)
+    restarts=$(echo "$job" | grep -o 'Restarts=[0-9]*' | cut -d= -f2 || true)
     if [ "${restarts:-0}" -gt "${SLURM_RESTART_COUNT:-0}" ]; then
         echo "preempted: checkpoint saved; SLURM has requeued job $SLURM_JOB_ID already" >&2
+    elif echo "$job" | grep -q 'JobState=CANCELLED'; then
+        echo "stopped: checkpoint saved; job $SLURM_JOB_ID was cancelled (scancel), so it is not requeued" >&2
     else
         echo "preempted: checkpoint saved; requeueing job $SLURM_JOB_ID" >&2
         scontrol requeue "$SLURM_JOB_ID"

@@ -62,7 +62,8 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
 
     The dataset receives ``SampleKey(index, epoch, max(RNG_SEED, 0))`` items (epoch 0 in
     evaluation) and draws its random augmentation from ``key.generator()``: a flip depends on
-    the seed, the epoch and the sample only, never on the worker, the rank count or a resume.
+    the seed, the epoch and the sample only, never on the worker, the rank count or a resume. Workers leave
+    SIGTERM and SIGUSR1 to their rank process (:func:`common.preemption.worker_ignore_stop_signals`).
 
     Args:
         cfg: frozen CfgNode of the task.

@@ -2,7 +2,7 @@
 
 Jobs of 2 tasks of the tiny task with 2 DataLoader workers each, submitted with sbatch as docs/slurm.md
 shows, stopped the ways a cluster stops them: ``scancel --signal=USR1`` / ``--signal=TERM``,
-``scontrol requeue``, a time limit with ``--signal=USR1@50`` and ``--signal=B:USR1@50``, and two jobs at
+``scontrol requeue``, ``scancel`` (saved, not requeued), a time limit with ``--signal=USR1@50`` and ``--signal=B:USR1@50``, and two jobs at
 once. Each job must come back exactly once per stop, resume at the step where it stopped, and end bit for
 bit where an uninterrupted job ends. A requeued job waits ~2 min before SLURM starts it again; the tests
 start it at once (``scontrol update StartTime=now``).
@@ -130,6 +130,17 @@ def test_a_stopped_job_is_requeued_once_and_ends_as_an_uninterrupted_one(cluster
     check_resumed_exactly(job, clean)
     expected = "already" if stop[0] == "scontrol" else "requeueing job"
     assert expected in job.output()
+
+
+def test_a_cancelled_job_saves_its_step_and_is_not_requeued(cluster, tmp_path):
+    job = Job(cluster, tmp_path, "cancel", env=SLOW)
+    job.wait_for("Epoch[0] Batch [")
+    job.control("scancel")
+    state, restarts, seconds = job.finish()
+    print("scancel: {} after {} requeue(s), {:.0f} s".format(state, restarts, seconds))
+    assert (state, restarts) == ("CANCELLED", 0), job.output()[-3000:]
+    assert "job {} was cancelled (scancel), so it is not requeued".format(job.id) in job.output()
+    assert [name for name in harness.checkpoint_names(job.work) if "-b" in name], job.output()[-3000:]
 
 
 @pytest.mark.parametrize("signal_option", ["--signal=USR1@50", "--signal=B:USR1@50"])

@@ -125,8 +125,3 @@ def test_a_job_slurm_requeued_already_is_not_requeued_again(cfg_dir):
     assert rc == PREEMPTED_EXIT_CODE, log[-3000:]
     assert "preempted: checkpoint saved; SLURM has requeued job {} already".format(JOB_ID) in log
     assert requeues(cfg_dir) == []
-    # the second run of the job (SLURM_RESTART_COUNT=1) stopped again: requeued by the launcher
-    rc, log = finish(launch(cfg_dir, work, env={"FAULT_SIGNAL_AT_BATCH": "3:TERM", "FAKE_RESTARTS": "1",
-                                                "SLURM_RESTART_COUNT": "1"}))
-    assert rc == PREEMPTED_EXIT_CODE, log[-3000:]
-    assert requeues(cfg_dir) == ["requeue " + JOB_ID]
