@@ -45,8 +45,10 @@ mkdir -p "$WORK_DIR"
 EXIT_CODES=$(mktemp -d "$WORK_DIR/.exit-codes.XXXXXX")
 trap 'rm -rf "$EXIT_CODES"' EXIT
 # The task's shell outlives the signals SLURM sends to every process of the step (its trap runs once the
-# script has ended).
-TASK='trap : TERM USR1; "$@"; rc=$?; echo $rc > "$EXIT_CODES/$SLURM_PROCID"; [ $rc -eq 75 ] && rc=0; exit $rc'
+# script has ended). Python starts with SIGUSR1 ignored, which would otherwise kill it before training
+# installs its handler (common/preemption.py): an early warning signal is dropped, the time limit's
+# SIGTERM still stops the run.
+TASK='trap : TERM; trap "" USR1; "$@"; rc=$?; echo $rc > "$EXIT_CODES/$SLURM_PROCID"; [ $rc -eq 75 ] && rc=0; exit $rc'
 export EXIT_CODES
 SRUN_PID=
 trap 'echo "SIGUSR1: passed on to the tasks" >&2; [ -z "$SRUN_PID" ] || kill -USR1 "$SRUN_PID"' USR1

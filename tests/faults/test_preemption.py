@@ -3,13 +3,16 @@ ranks, or during validation: the run saves the position where every rank stopped
 PREEMPTED_EXIT_CODE, and TRAIN.AUTO_RESUME then ends bit for bit where an uninterrupted run ends.
 A second signal exits at once, without a checkpoint.
 """
+import multiprocessing
 import os
 import signal
 import subprocess
+import time
 
 import pytest
+import torch
 
-from common.preemption import PREEMPTED_EXIT_CODE
+from common.preemption import PREEMPTED_EXIT_CODE, worker_ignore_stop_signals
 from tests.conftest import ROOT
 from tests.faults import harness, tiny_task
 
@@ -106,3 +109,22 @@ def test_slurm_launcher_requeues_a_preempted_job(tiny_cfg, tmp_path):
     assert "preempted: checkpoint saved; requeueing job 4242" in proc.stderr
     assert (bin_dir / "requeued").read_text().strip() == "requeue 4242"
     assert harness.checkpoint_names(tmp_path / "w") == ["tiny-0000-b0000004.model"]
+
+
+def test_dataloader_workers_outlive_a_stop_signal_from_anyone_but_their_parent():
+    # SLURM signals every process of the step: the workers must keep serving their rank
+    loader = torch.utils.data.DataLoader(list(range(8)), num_workers=2, persistent_workers=True,
+                                         worker_init_fn=worker_ignore_stop_signals)
+    it = iter(loader)
+    seen = [int(next(it))]
+    workers = multiprocessing.active_children()
+    assert len(workers) == 2
+    for sig in ("TERM", "USR1"):  # kill(1): another process, as SLURM's step daemon
+        subprocess.run(["kill", "-s", sig] + [str(w.pid) for w in workers], check=True)
+    time.sleep(0.5)
+    seen += [int(x) for x in it]
+    assert seen == list(range(8)) and all(w.is_alive() for w in workers)
+    os.kill(workers[0].pid, signal.SIGTERM)  # from the parent (multiprocessing's terminate at exit): gone
+    workers[0].join(10)
+    assert workers[0].exitcode == 0
+    del it, loader

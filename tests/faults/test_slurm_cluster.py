@@ -143,10 +143,11 @@ def test_a_cancelled_job_saves_its_step_and_is_not_requeued(cluster, tmp_path):
     assert [name for name in harness.checkpoint_names(job.work) if "-b" in name], job.output()[-3000:]
 
 
-@pytest.mark.parametrize("signal_option", ["--signal=USR1@50", "--signal=B:USR1@50"])
+@pytest.mark.parametrize("signal_option", ["--signal=USR1@60", "--signal=B:USR1@60"])
 def test_a_time_limit_with_a_warning_signal(cluster, clean, tmp_path, signal_option):
-    # 1 min, the signal 50 s before the end (SLURM sends it up to 60 s early); the first run would need 72 s
-    job = Job(cluster, tmp_path, "limit", sbatch_args=["--time=1", signal_option], env={"FAULT_SLOW_BATCH_S": "3"})
+    # 2 min, the signal 60 s before the end (SLURM checks every 30 s: 60 to 90 s into the job); the first
+    # run trains from ~20 s for 96 s
+    job = Job(cluster, tmp_path, "limit", sbatch_args=["--time=2", signal_option], env={"FAULT_SLOW_BATCH_S": "4"})
     state, restarts, seconds = job.finish()
     print("{}: {} after {} requeue(s), {:.0f} s".format(signal_option, state, restarts, seconds))
     assert (state, restarts) == ("COMPLETED", 1), job.output()[-3000:]
