@@ -147,7 +147,8 @@ def init_distributed(distributed=True, slurm=False, timeout_s=DEFAULT_TIMEOUT_S)
 
     Rank and world size come from torchrun's variables, or from SLURM's with ``slurm=True``
     (copied into the torchrun names so that later code reads one set; see :func:`slurm_env` for
-    the port). NCCL with CUDA, gloo without; the master address and port are logged. Collectives time out after ``timeout_s`` seconds, so a rank whose peer died
+    the port; under SLURM the ranks meet in :func:`job_store`). NCCL with CUDA, gloo without; the master
+    address and port are logged. Collectives time out after ``timeout_s`` seconds, so a rank whose peer died
     raises instead of hanging; torchrun then stops the remaining ranks and reports the first
     failure (decorate ``main`` with ``torch.distributed.elastic.multiprocessing.errors.record``
     to get its traceback).

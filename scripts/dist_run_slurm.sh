@@ -13,10 +13,11 @@
 # Preemption: on SIGTERM or SIGUSR1 every rank stops at the next optimizer step, saves a checkpoint and
 # exits with code 75 (common/preemption.py). The launcher then requeues the job (scontrol requeue), unless
 # SLURM has requeued it already (scontrol requeue, preemption) or it was cancelled (scancel JOBID), and
-# TRAIN.AUTO_RESUME continues from that checkpoint. A SIGUSR1 sent to this shell (sbatch --signal=B:USR1@120) is passed on to the tasks;
-# a SIGTERM is not (SLURM sends it to the tasks itself):
-#   sbatch --requeue --signal=B:USR1@120 --nodes=1 --ntasks=8 --cpus-per-task=5 --gres=gpu:8 \
-#     scripts/dist_run_slurm.sh PARTITION JOB vcr/train_end2end.py CFG WORK_DIR 8 --opts TRAIN.AUTO_RESUME true
+# TRAIN.AUTO_RESUME continues from that checkpoint. A SIGUSR1 sent to this shell (sbatch --signal=B:USR1@120)
+# is passed on to the tasks; a SIGTERM is not (SLURM sends it to the tasks itself). Exec the launcher from the
+# job script, so that it is the batch shell (docs/slurm.md):
+#   sbatch --requeue --signal=B:USR1@120 --nodes=1 --ntasks=8 --cpus-per-task=5 --gres=gpu:8 --wrap \
+#     "exec scripts/dist_run_slurm.sh PARTITION JOB vcr/train_end2end.py CFG WORK_DIR 8 --opts TRAIN.AUTO_RESUME true"
 # Exit codes: 75 = checkpoint saved (requeued inside a job); 128 + N = signal N arrived twice, or no step
 # ended within 60 s of it (no new checkpoint; the previous ones are intact); 2 = bad usage or input.
 set -euo pipefail

@@ -26,8 +26,9 @@ def main():
     while os.environ.get("SLURM_PROCID") == late_rank and not os.path.exists(path):
         time.sleep(0.2)
     ctx = cdist.init_distributed(args.dist, args.slurm, timeout_s=60)
-    print("job {} rank {}: ranks {}, {} threads".format(os.environ.get("SLURM_JOB_ID"), ctx.rank,
-                                                         cdist.all_gather(ctx.rank), torch.get_num_threads()), flush=True)
+    ranks = cdist.all_gather(ctx.rank)
+    print("job {} rank {}: ranks {}, {} threads".format(os.environ.get("SLURM_JOB_ID"), ctx.rank, ranks,
+                                                         torch.get_num_threads()), flush=True)
     cdist.barrier()
     cdist.cleanup()
 

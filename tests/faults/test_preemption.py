@@ -90,16 +90,7 @@ def test_signal_on_one_of_two_ranks_stops_both_at_one_step(tiny_cfg, tmp_path):
 
 @pytest.mark.slow
 def test_slurm_launcher_requeues_a_preempted_job(tiny_cfg, tmp_path):
-    # a fake srun running one task with SLURM's variables, a fake scontrol recording a requeue
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "srun").write_text(
-        "#!/usr/bin/env bash\nwhile [ $# -gt 0 ]; do case \"$1\" in -p) shift 2;; -*) shift;; *) break;; esac; done\n"
-        "SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0 SLURM_NODELIST=node1 exec \"$@\"\n")
-    (bin_dir / "scontrol").write_text(
-        "#!/bin/sh\nif [ \"$1\" = requeue ]; then echo \"$*\" > \"$(dirname \"$0\")/requeued\"; else echo 127.0.0.1; fi\n")
-    for name in ("srun", "scontrol"):
-        (bin_dir / name).chmod(0o755)
+    bin_dir = harness.fake_slurm(tmp_path)  # srun with SLURM's variables, scontrol recording a requeue
     env = dict(os.environ, PATH="{}:{}".format(bin_dir, os.environ["PATH"]), SLURM_JOB_ID="4242",
                FAULT_SIGNAL_AT_BATCH="3:USR1")
     proc = subprocess.run([os.path.join(ROOT, "scripts", "dist_run_slurm.sh"), "part", "job", tiny_task.SCRIPT,

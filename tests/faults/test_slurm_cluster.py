@@ -2,8 +2,8 @@
 
 Jobs of 2 tasks of the tiny task with 2 DataLoader workers each, submitted with sbatch as docs/slurm.md
 shows, stopped the ways a cluster stops them: ``scancel --signal=USR1`` / ``--signal=TERM``,
-``scontrol requeue``, ``scancel`` (saved, not requeued), a time limit with ``--signal=USR1@50`` and ``--signal=B:USR1@50``, and two jobs at
-once. Each job must come back exactly once per stop, resume at the step where it stopped, and end bit for
+``scontrol requeue``, ``scancel`` (saved, not requeued), a time limit with ``--signal=USR1@60`` and
+``--signal=B:USR1@60``, and two jobs at once. Each job must come back exactly once per stop, resume at the step where it stopped, and end bit for
 bit where an uninterrupted job ends. A requeued job waits ~2 min before SLURM starts it again; the tests
 start it at once (``scontrol update StartTime=now``).
 """
