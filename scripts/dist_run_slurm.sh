@@ -75,11 +75,12 @@ elif [ "$rc" -ne 0 ]; then
     done
 fi
 if [ "$rc" -eq "$PREEMPTED_EXIT_CODE" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
-    job=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null || true)
+    job=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null || true)
     restarts=$(echo "$job" | grep -o 'Restarts=[0-9]*' | cut -d= -f2 || true)
     if [ "${restarts:-0}" -gt "${SLURM_RESTART_COUNT:-0}" ]; then
         echo "preempted: checkpoint saved; SLURM has requeued job $SLURM_JOB_ID already" >&2
-    elif echo "$job" | grep -q 'JobState=CANCELLED'; then
+    elif echo "$job" | grep -q 'JobState=CANCELLED\|JobState=COMPLETING .*Reason=None '; then
+        # scancel JOBID: the job ends (COMPLETING) without a reason; a time limit gives Reason=TimeLimit
         echo "stopped: checkpoint saved; job $SLURM_JOB_ID was cancelled (scancel), so it is not requeued" >&2
     else
         echo "preempted: checkpoint saved; requeueing job $SLURM_JOB_ID" >&2
