@@ -118,10 +118,17 @@ def test_usr1_to_the_batch_shell_reaches_the_tasks(cfg_dir):
     assert len(harness.checkpoint_names(work)) == 1
 
 
-def test_a_job_slurm_requeued_already_is_not_requeued_again(cfg_dir):
-    # scontrol requeue: SLURM has counted the restart (Restarts=1) before the tasks exit 75
+@pytest.mark.parametrize("job, message", [
+    # scontrol requeue (or preemption): SLURM has counted the restart (Restarts=1) before the tasks exit 75
+    ({"FAKE_RESTARTS": "1"}, "preempted: checkpoint saved; SLURM has requeued job 4242 already"),
+    # scancel JOBID: the job is ending without a reason (a time limit would give Reason=TimeLimit)
+    ({"FAKE_JOB_STATE": "COMPLETING"}, "stopped: checkpoint saved; job 4242 was cancelled (scancel), so it is not "
+                                       "requeued"),
+], ids=["requeued", "cancelled"])
+def test_a_job_that_slurm_requeued_or_cancelled_is_not_requeued(cfg_dir, job, message):
     work = cfg_dir / "work"
-    rc, log = finish(launch(cfg_dir, work, env={"FAULT_SIGNAL_AT_BATCH": "3:TERM", "FAKE_RESTARTS": "1"}))
+    rc, log = finish(launch(cfg_dir, work, env=dict(job, FAULT_SIGNAL_AT_BATCH="3:TERM")))
     assert rc == PREEMPTED_EXIT_CODE, log[-3000:]
-    assert "preempted: checkpoint saved; SLURM has requeued job {} already".format(JOB_ID) in log
+    assert message in log
     assert requeues(cfg_dir) == []
+    assert harness.checkpoint_names(work) == ["tiny-0000-b0000004.model"]
