@@ -131,6 +131,8 @@ def test_bad_vqa_inputs_are_named(vqa_run, vqa_predictor, tmp_path):
         vqa_predictor({"image": image, "question": "  "})
     with pytest.raises(UserInputError, match=r"'question' is missing"):
         vqa_predictor({"image": image})
+    with pytest.raises(UserInputError, match=r"'boxes' must be a list of \[x1, y1, x2, y2\] rows"):
+        vqa_predictor({"image": image, "question": "what?", "boxes": [1, 2, 3, 4]})
     kept = vqa_predictor([{"image": image, "question": ""}, {"image": image, "question": "how many?"}], strict=False)
     assert "error" in kept[0] and "predictions" not in kept[0] and kept[1]["predictions"]
 
