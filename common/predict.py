@@ -341,7 +341,10 @@ class Predictor:
         if task is None:
             task = find_task(_config_dataset(raw), cfg_path)
         elif isinstance(task, str):
-            task = TASKS.get(task)
+            try:
+                task = TASKS.get(task)
+            except KeyError as e:
+                raise UserInputError("--task: {}".format(e.args[0])) from None
         try:
             cfg = task.load_config(cfg_path, list(opts))
             task.check_config(cfg, cfg_path)
