@@ -435,6 +435,12 @@ def test_predict_py_writes_the_json_layout_and_the_table(vqa_run, vqa_predictor,
     assert many[1].get("predictions") == expected["predictions"], many[1]
     assert "'question' must be non-empty text" in many[2]["error"]
     assert "2 of 3 input(s) could not be read" in err
+    # Without --questions: every image of the folder (sorted) with the one --question.
+    code, _, err = _predict_cli(argv + ["--images", str(folder), "--question", question["question"], "--json",
+                                        str(tmp_path / "all.json"), "--opts"] + vqa_run["opts"], capsys)
+    every = json.load(open(tmp_path / "all.json"))
+    assert code == 2 and [os.path.basename(e["image"]) for e in every] == sorted(["broken.jpg", name])
+    assert every[sorted(["broken.jpg", name]).index(name)]["predictions"] == expected["predictions"]
 
 
 def test_predict_py_stops_on_a_bad_file_with_one_error_line(vqa_run, tmp_path, capsys):
