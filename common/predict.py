@@ -416,8 +416,8 @@ class Predictor:
 
     def attention(self, inp, topk=5):
         """The attention maps of one input: its prediction (as :meth:`__call__`) and the attention of its first
-        VL-BERT sequence (for VCR: the first answer's), in the layout ``pretrain/function/attention_maps.py``
-        writes (``write_raw`` / ``write_maps``).
+        VL-BERT sequence (for VCR: the first choice's; QA2R: of its last forward, the query with answer 3), in
+        the layout ``pretrain/function/attention_maps.py`` writes (``write_raw`` / ``write_maps``).
 
         Returns:
             dict: ``result`` (the prediction), ``probs`` float32 numpy ``[layers, heads, T, T]`` (T = text tokens
