@@ -67,7 +67,10 @@ def agreement_run(root, train):
     if made.returncode:
         raise RuntimeError("make_demo_data.py failed: " + made.stderr[-2000:])
     vl = TASK.load_config(DEMO_CFG).NETWORK.VLBERT
-    vocab = tiny_vcr._vocabulary(data)
+    words = tiny_vcr._vocabulary(data)[len(tiny_vcr.SPECIAL_TOKENS):]
+    # words from id 1000 on, as in BERT's vocabulary: the config's word_embedding_frozen trains ids < 1000 only
+    vocab = tiny_vcr.SPECIAL_TOKENS + ["[unused{}]".format(i) for i in range(1000 - len(tiny_vcr.SPECIAL_TOKENS))]
+    vocab += words
     arch = {k: vl[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                                "max_position_embeddings", "hidden_dropout_prob", "attention_probs_dropout_prob")}
     tiny_vcr._bert_folder(os.path.join(root, "demo_bert"), vocab, **arch)
