@@ -36,6 +36,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -93,27 +94,33 @@ class Suite:
     def __init__(self, args):
         self.dry = args.dry_run
         self.out = os.path.abspath(args.out)
-        self.work = os.path.join(self.out, "work")
+        self.work = os.path.abspath(args.work)
+        self.logs = os.path.join(self.out, "logs")
         self.python = sys.executable
         self.deadline = time.monotonic() + args.budget
         self.env = dict(os.environ, PYTHONUNBUFFERED="1")
         if self.dry:
             self.env["CUDA_VISIBLE_DEVICES"] = ""  # the dry run is the CPU's, on any machine
-            self.env.setdefault("OMP_NUM_THREADS", "1")
+        # CPU threads of each training run: they run side by side (the benches run alone)
+        self.train_env = {"OMP_NUM_THREADS": "1" if self.dry else "2"}
         self.device = "cpu" if self.dry else "cuda"
         self._procs, self._lock = set(), threading.Lock()
-        self._step = threading.local()  # .deadline: the end of the running step's timeout, per thread
+        # per thread, of the step it runs: .deadline (the end of its timeout), .log (its log file)
+        self._step = threading.local()
 
     def start_step(self, step):
         self._step.deadline = time.monotonic() + (step.dry_timeout_s if self.dry else step.timeout_s)
+        self._step.log = os.path.join(self.logs, step.name + ".log")
+        os.makedirs(self.logs, exist_ok=True)
+        open(self._step.log, "w").close()
 
     def ran_precision(self, precision):
         """The precision a step of ``precision`` runs in: on the dry run's CPU fp32 stands in for fp16."""
         return "fp32" if self.dry and precision == "fp16" else precision
 
-    def run(self, cmd, env=None, log=None):
+    def run(self, cmd, env=None):
         """Run ``cmd`` (a list) until the running step's timeout or the suite's budget ends, whichever is first;
-        appends the command and its output to ``log``; returns its stdout + stderr.
+        appends the command and its output to the step's log (``<out>/logs/<step>.log``); returns its output.
 
         Raises:
             StepFailed: non-zero exit (the reason: its last error line), timeout or the budget spent.
@@ -128,29 +135,31 @@ class Suite:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         with self._lock:
             self._procs.add(proc)
+        timed_out = False
         try:
             out, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, _ = proc.communicate()
-            which = "the suite's budget" if self.deadline <= self._step.deadline else "the step's timeout"
-            raise StepFailed("timed out after {:.0f} s ({}): {}".format(timeout_s, which, short(cmd)))
+            timed_out = True
         finally:
             with self._lock:
                 self._procs.discard(proc)
-        if log:
-            with open(log, "a") as f:
-                f.write("$ {}\n{}\n".format(" ".join(map(str, cmd)), out))
+        with open(self._step.log, "a") as f:
+            f.write("$ {}\n{}{}\n".format(" ".join(map(str, cmd)), out, "\n(killed: timeout)" if timed_out else ""))
+        if timed_out:
+            which = "the suite's budget" if self.deadline <= self._step.deadline else "the step's timeout"
+            raise StepFailed("timed out after {:.0f} s ({}): {}".format(timeout_s, which, short(cmd)))
         if proc.returncode:
             raise StepFailed("exit {} of {}: {}".format(proc.returncode, short(cmd), last_error(out)))
         return out
 
     def parallel(self, calls):
         """Run the callables ``calls`` in threads under the running step's timeout; returns when all are done."""
-        deadline = self._step.deadline
+        deadline, log = self._step.deadline, self._step.log
 
         def call(fn):
-            self._step.deadline = deadline
+            self._step.deadline, self._step.log = deadline, log
             fn()
         threads = [threading.Thread(target=call, args=(fn,)) for fn in calls]
         for t in threads:
@@ -205,8 +214,7 @@ def step_env(suite, row):
 
 def step_inputs(suite, row):
     folder = suite.step_dir("inputs")
-    suite.run([suite.python, "bench/gpu_suite_inputs.py", folder] + (["--demo-train", "5"] if suite.dry else []),
-              log=os.path.join(folder, "inputs.log"))
+    suite.run([suite.python, "bench/gpu_suite_inputs.py", folder] + (["--demo-train", "5"] if suite.dry else []))
     row.figures = {"runs": ", ".join(sorted(suite.runs()))}
 
 
@@ -221,6 +229,13 @@ def training_summary(out):
         raise StepFailed("no 'Training summary' line: " + last_error(out))
     a, s, scale, per_step, tried = found[-1]
     return int(a), int(s), float(scale), float(per_step), int(tried)
+
+
+def check_device(out, device):
+    """The run whose output is ``out`` trained on ``device`` ('cpu' / 'cuda'), by its log's first line."""
+    found = re.search(r"training on \d+ process\(es\), device (\w+)", out)
+    if not found or found.group(1) != device:
+        raise StepFailed("trained on {}, not {}".format(found.group(1) if found else "an unknown device", device))
 
 
 def run_folder(model_dir):
@@ -255,15 +270,16 @@ def step_e2e(task, precision):
     def run(suite, row):
         spec = suite.runs()[task]
         model_dir = suite.step_dir(row.step)
-        log = os.path.join(model_dir, "run.log")
         cmd = [suite.python, spec["entry"], "--cfg", spec["cfg"], "--model-dir", model_dir, "--opts"] + spec["opts"]
         cmd += PRECISION_OPTS[suite.ran_precision(precision)] + ["TRAIN.AUTO_RESUME", "true"]
-        applied, skipped, scale, per_step, tried = training_summary(suite.run(cmd, log=log))
+        out = suite.run(cmd, env=suite.train_env)
+        check_device(out, suite.device)
+        applied, skipped, scale, per_step, tried = training_summary(out)
         folder = run_folder(model_dir)
         first = checked_checkpoint(folder, 0)
         if first["train_state"]["global_step"] != applied:
             raise StepFailed("checkpoint step {} != {} applied".format(first["train_state"]["global_step"], applied))
-        out = suite.run(cmd + ["TRAIN.END_EPOCH", "2"], log=log)
+        out = suite.run(cmd + ["TRAIN.END_EPOCH", "2"], env=suite.train_env)
         resumed = "Resumed from {}: epoch 1, batch 0, optimizer step {}".format(
             glob.glob(os.path.join(folder, "*-0000.model"))[0], applied)
         if resumed not in out:
@@ -314,9 +330,8 @@ def step_agree(suite, row):
     spec = suite.runs()["agree"]
     half = "bf16" if suite.dry else "fp16"
     base = suite.step_dir(row.step)
-    sides = {half: ({}, PRECISION_OPTS[half]), "fp32-cpu": ({"CUDA_VISIBLE_DEVICES": ""}, PRECISION_OPTS["fp32"])}
-    if not suite.dry:
-        sides["fp32-cpu"][0]["OMP_NUM_THREADS"] = "8"
+    cpu_env = {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1" if suite.dry else "8"}
+    sides = {half: (suite.train_env, PRECISION_OPTS[half]), "fp32-cpu": (cpu_env, PRECISION_OPTS["fp32"])}
     folders, errors = {}, []
 
     def train(name):
@@ -324,7 +339,7 @@ def step_agree(suite, row):
         model_dir = os.path.join(base, name)
         cmd = [suite.python, spec["entry"], "--cfg", spec["cfg"], "--model-dir", model_dir, "--opts"] + spec["opts"]
         try:
-            suite.run(cmd + opts, env=env, log=os.path.join(base, name + ".log"))
+            check_device(suite.run(cmd + opts, env=env), suite.device if name == half else "cpu")
             folders[name] = run_folder(model_dir)
         except StepFailed as e:
             errors.append("{}: {}".format(name, e))
@@ -355,7 +370,7 @@ def step_throughput(precision):
         cmd = [suite.python, "bench/throughput.py", "--device", suite.device, "--synthetic",
                "--precision", suite.ran_precision(precision), "--json", result]
         cmd += DRY_THROUGHPUT if suite.dry else ["--steps", "3"]
-        suite.run(cmd, log=os.path.join(folder, "throughput.log"))
+        suite.run(cmd)
         with open(result) as f:
             r = json.load(f)
         ours, ref = r["paths"]["ours"], r["paths"]["reference"]
@@ -378,7 +393,7 @@ def step_vit(precision):
         cmd = [suite.python, "bench/vit_step.py", "--device", suite.device, "--precision",
                suite.ran_precision(precision), "--json", result]
         cmd += DRY_VIT if suite.dry else ["--batch", "64", "--accum", "1", "--rounds", "4", "--steps", "2"]
-        suite.run(cmd, log=os.path.join(folder, "vit_step.log"))
+        suite.run(cmd)
         with open(result) as f:
             r = json.load(f)
         peak = r["peak_mib"] or {}
@@ -396,7 +411,7 @@ def step_sdpa(suite, row):
     folder = suite.step_dir("sdpa")
     result = os.path.join(folder, "sdpa.json")
     cmd = [suite.python, "bench/sdpa_backend.py", "--device", suite.device, "--json", result]
-    suite.run(cmd + (["--tiny"] if suite.dry else []), log=os.path.join(folder, "sdpa.log"))
+    suite.run(cmd + (["--tiny"] if suite.dry else []))
     with open(result) as f:
         r = json.load(f)
     for model, found in r["models"].items():
@@ -519,6 +534,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT") or "bench_out",
                         help="folder of gpu_suite.md / gpu_suite.json (default: $OUT when set, else bench_out/)")
+    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "gpu_suite_work"),
+                        help="folder of the inputs and the runs' outputs, kept for --only (default %(default)s)")
     parser.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny sizes")
     parser.add_argument("--only", help="comma-separated steps (or patterns like 'e2e-*') to run again")
     parser.add_argument("--jobs", type=int, help="parallel training steps (default 6 on the GPU, 2 dry)")

@@ -110,7 +110,7 @@ def install(target):
         has_pip = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode == 0
         if has_pip:
             done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--quiet",
-                                   "--disable-pip-version-check", "--target", target] + missing)
+                                   "--disable-pip-version-check", "--upgrade", "--target", target] + missing)
             if done.returncode:
                 return 1
         else:

@@ -94,7 +94,7 @@ def kernels_possible(step, device, dtype):
                 with sdpa_kernel([backend]), torch.autocast(device.type, dtype=dtype):
                     step()
                 possible.append(name)
-            except RuntimeError as e:
+            except (RuntimeError, NotImplementedError) as e:
                 why = [re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", str(w.message)) for w in caught
                        if "kernel" in str(w.message).lower()]
                 refused[name] = " / ".join(why + [str(e).splitlines()[0]])[:400]
