@@ -75,6 +75,10 @@ class StepFailed(Exception):
     """A step's check did not hold; the message is the row's reason."""
 
 
+class StepSkipped(Exception):
+    """A step that does not apply to this machine; the message is the row's reason."""
+
+
 @dataclass
 class Step:
     name: str
@@ -104,6 +108,7 @@ class Suite:
         # CPU threads of each training run: they run side by side (the benches run alone)
         self.train_env = {"OMP_NUM_THREADS": "1" if self.dry else "2"}
         self.device = "cpu" if self.dry else "cuda"
+        self.bf16 = True  # whether the device runs bf16 (main checks the GPU's)
         self._procs, self._lock = set(), threading.Lock()
         # per thread, of the step it runs: .deadline (the end of its timeout), .log (its log file)
         self._step = threading.local()
@@ -424,12 +429,13 @@ def steps():
     """Every step, in the order they run (the parallel ones together after ``inputs``)."""
     out = [Step("env", "scripts/check_env.py", step_env, 60, 60),
            Step("inputs", "tiny data + random BERT/ResNet files", step_inputs, 120, 120)]
-    for task in TASKS:
-        for precision in ("fp16", "bf16"):
-            out.append(Step("e2e-{}-{}".format(task, precision), "{}/train_end2end.py: 1 epoch, then 1 resumed".format(task),
-                            step_e2e(task, precision), 200, 150, precision, parallel=True, needs_inputs=True))
+    # the longest of the side-by-side steps first
     out.append(Step("agree-vcr-fp16", "VCR demo config, 1 epoch: GPU fp16 vs CPU fp32", step_agree, 240, 180,
                     "fp16", parallel=True, needs_inputs=True, dry_precision="bf16 vs fp32"))
+    for task in TASKS:
+        for precision in ("fp16", "bf16"):
+            out.append(Step("e2e-{}-{}".format(task, precision), task + "/train_end2end.py: 1 epoch, then 1 resumed",
+                            step_e2e(task, precision), 200, 150, precision, parallel=True, needs_inputs=True))
     for precision in ("fp32", "fp16", "bf16"):
         out.append(Step("throughput-" + precision, "bench/throughput.py base Q->A (ResNet-101, 12 x 768)",
                         step_throughput(precision), 150, 150, precision))
@@ -449,8 +455,12 @@ def run_step(suite, step):
     start = time.monotonic()
     suite.start_step(step)
     try:
+        if step.precision == "bf16" and not suite.bf16:
+            raise StepSkipped("this GPU has no bf16 (torch.cuda.is_bf16_supported() is False)")
         step.run(suite, row)
         row.status = "ok"
+    except StepSkipped as e:
+        row.status, row.reason = "skip", str(e)
     except StepFailed as e:
         row.status, row.reason = "fail", str(e)
     except Exception as e:  # a bug or an unexpected output of a step: recorded, the suite goes on
@@ -489,7 +499,8 @@ def markdown(head, rows):
     """The ``gpu_suite.md`` text: a header line and one table row per step."""
     lines = ["# GPU suite: {mode}, {gpu}".format(**head), "",
              "{date}; torch {torch}, Python {python}, host {host}.".format(**head), "",
-             "| step | what | precision | status | figures | reason | s |", "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| step | what | precision | status | figures | reason | s |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         figures = "; ".join("{} {}".format(k, cell(v)) for k, v in r.figures.items())
         lines.append("| {} | {} | {} | {} | {} | {} | {} |".format(
@@ -559,6 +570,7 @@ def main(argv=None):
             print("error: torch sees no GPU (torch {}); run with --dry-run for the CPU".format(torch.__version__),
                   file=sys.stderr)
             return 2
+        suite.bf16 = torch.cuda.is_bf16_supported()
     if any(s.needs_inputs for s in chosen) and not any(s.name == "inputs" for s in chosen):
         if not os.path.exists(os.path.join(suite.work, "inputs", "runs.json")):
             chosen.insert(0, next(s for s in all_steps if s.name == "inputs"))

@@ -81,7 +81,7 @@ def test_an_unknown_step_is_one_error_line_and_exit_2(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith(
-        "error: --only: no step matches 'e2e-vcr-fp61' (steps: env, inputs, e2e-vcr-fp16,")
+        "error: --only: no step matches 'e2e-vcr-fp61' (steps: env, inputs, agree-vcr-fp16, e2e-vcr-fp16,")
     assert not (tmp_path / "gpu_suite.md").exists()
 
 
