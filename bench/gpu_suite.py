@@ -9,14 +9,17 @@ Steps (``--list`` prints them):
 
 * ``env``: ``scripts/check_env.py``;
 * ``inputs``: the tiny data and random weight files of the training runs (``bench/gpu_suite_inputs.py``);
-* ``e2e-<task>-<fp16|bf16>`` for vcr, vqa, refcoco, pretrain, cls: ``<task>/train_end2end.py`` for one epoch of
-  2 optimizer steps (fp16: dynamic loss scale), then again with ``TRAIN.END_EPOCH 2``, which must resume from the
-  checkpoint and train 2 steps more; steps applied / skipped, loss scale, final loss (finite), peak memory;
 * ``agree-vcr-fp16``: the VCR demo config trained 8 steps in fp16 on the GPU and in fp32 on the CPU (same data,
   seed and weights, no dropout); per-step training losses compared up to the first skipped fp16 step
   (:func:`agreement`);
+* ``e2e-<task>-<fp16|bf16>`` for vcr, vqa, refcoco, pretrain, cls: ``<task>/train_end2end.py`` for one epoch of
+  2 optimizer steps (fp16: dynamic loss scale), then again with ``TRAIN.END_EPOCH 2``, which must resume from the
+  checkpoint and train one epoch more; steps applied / skipped, loss scale, final loss (finite), peak memory;
+* ``ddp-vcr-fp16``: the tiny VCR run through ``scripts/dist_run_single.sh 1`` (torchrun: an NCCL process group,
+  DDP, pinned-memory loading);
 * ``throughput-<fp32|fp16|bf16>``: ``bench/throughput.py`` on the base Q->A paper config at its real sizes;
 * ``vit-<bf16|fp16>``: ``bench/vit_step.py``, ViT-B/16 at 224 px, batch 64;
+* ``adamw``: ``bench/adamw_step.py``, BertAdamW's multi-tensor step against one tensor at a time;
 * ``sdpa``: ``bench/sdpa_backend.py``, which attention kernel runs in the VL-BERT encoder and the ViT.
 
 ``--dry-run`` runs the same steps on the CPU (GPUs hidden) at tiny sizes, fp32 in place of fp16 (the CPU's fp16
@@ -56,6 +59,7 @@ UNIT_ROUNDOFF = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 # Agreement tolerance on the relative difference of a step's training loss, in units of the dtype's roundoff.
 AGREE_ULPS = 8
 SUITE_BUDGET_S = 330  # of the 6 minutes: 30 s left for the wheels and the machine's start-up noise
+DRY_BUDGET_S = 1200  # the dry run's: a safety net only (3 minutes on an idle 2-core CPU, 3x that on a busy one)
 
 
 @dataclass
@@ -306,6 +310,23 @@ def step_e2e(task, precision):
     return run
 
 
+def step_ddp(suite, row):
+    spec = suite.runs()["vcr"]
+    model_dir = suite.step_dir(row.step)
+    cmd = ["scripts/dist_run_single.sh", "1", spec["entry"], spec["cfg"], model_dir, "--opts"] + spec["opts"]
+    out = suite.run(cmd + PRECISION_OPTS[suite.ran_precision("fp16")], env=suite.train_env)
+    check_device(out, suite.device)
+    backend = "gloo" if suite.dry else "nccl"
+    group = re.search(r"process group: (\w+), (\d+) process\(es\)", out)
+    if not group or group.group(1) != backend:
+        raise StepFailed("expected a {} process group, the log says {}".format(
+            backend, group.group(0) if group else "none"))
+    applied, skipped, scale, per_step, _ = training_summary(out)
+    checked_checkpoint(run_folder(model_dir), 0)
+    row.figures = {"process group": group.group(0).split(": ", 1)[1], "steps applied/skipped": "{}/{}".format(
+        applied, skipped), "loss scale": scale, "s/step": per_step}
+
+
 def agreement(losses, reference, skipped, dtype):
     """Per-step relative loss differences of the half-precision run against the fp32 one, up to the first
     skipped half-precision step (after it the two trajectories legitimately part), and the tolerance.
@@ -412,6 +433,17 @@ def step_vit(precision):
     return run
 
 
+def step_adamw(suite, row):
+    folder = suite.step_dir(row.step)
+    result = os.path.join(folder, "adamw_step.json")
+    suite.run([suite.python, "bench/adamw_step.py", "--device", suite.device, "--json", result]
+              + (["--steps", "2"] if suite.dry else []))
+    with open(result) as f:
+        r = json.load(f)
+    row.figures = {"weights M": round(r["weights"] / 1e6, 1), "one tensor at a time ms": round(r["plain_ms"], 2),
+                   "multi-tensor ms": round(r["foreach_ms"], 2), "speed-up": round(r["speedup"], 2)}
+
+
 def step_sdpa(suite, row):
     folder = suite.step_dir("sdpa")
     result = os.path.join(folder, "sdpa.json")
@@ -436,12 +468,16 @@ def steps():
         for precision in ("fp16", "bf16"):
             out.append(Step("e2e-{}-{}".format(task, precision), task + "/train_end2end.py: 1 epoch, then 1 resumed",
                             step_e2e(task, precision), 200, 150, precision, parallel=True, needs_inputs=True))
+    out.append(Step("ddp-vcr-fp16", "scripts/dist_run_single.sh 1 vcr/train_end2end.py: NCCL + DDP, 1 epoch",
+                    step_ddp, 200, 150, "fp16", parallel=True, needs_inputs=True))
     for precision in ("fp32", "fp16", "bf16"):
         out.append(Step("throughput-" + precision, "bench/throughput.py base Q->A (ResNet-101, 12 x 768)",
                         step_throughput(precision), 150, 150, precision))
     for precision in ("bf16", "fp16"):
         out.append(Step("vit-" + precision, "bench/vit_step.py ViT-B/16 224 px batch 64", step_vit(precision),
                         120, 120, precision))
+    out.append(Step("adamw", "bench/adamw_step.py: BertAdamW multi-tensor vs per tensor, BERT-base", step_adamw,
+                    60, 60))
     out.append(Step("sdpa", "bench/sdpa_backend.py: SDPA kernel of VL-BERT and ViT", step_sdpa, 90, 90))
     return out
 
@@ -550,9 +586,12 @@ def main(argv=None):
     parser.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny sizes")
     parser.add_argument("--only", help="comma-separated steps (or patterns like 'e2e-*') to run again")
     parser.add_argument("--jobs", type=int, help="parallel training steps (default 6 on the GPU, 2 dry)")
-    parser.add_argument("--budget", type=float, default=SUITE_BUDGET_S, help="seconds for all steps (default 330)")
+    parser.add_argument("--budget", type=float,
+                        help="seconds for all steps (default {} on the GPU, {} dry)".format(SUITE_BUDGET_S, DRY_BUDGET_S))
     parser.add_argument("--list", action="store_true", help="print the steps and exit")
     args = parser.parse_args(argv)
+    if args.budget is None:
+        args.budget = DRY_BUDGET_S if args.dry_run else SUITE_BUDGET_S
     all_steps = steps()
     if args.list:
         for s in all_steps:
