@@ -396,7 +396,7 @@ def step_throughput(precision):
         result = os.path.join(folder, "throughput.json")
         cmd = [suite.python, "bench/throughput.py", "--device", suite.device, "--synthetic",
                "--precision", suite.ran_precision(precision), "--json", result]
-        cmd += DRY_THROUGHPUT if suite.dry else ["--steps", "3"]
+        cmd += DRY_THROUGHPUT if suite.dry else ["--steps", "2"]
         suite.run(cmd)
         with open(result) as f:
             r = json.load(f)
@@ -438,7 +438,7 @@ def step_adamw(suite, row):
     folder = suite.step_dir(row.step)
     result = os.path.join(folder, "adamw_step.json")
     suite.run([suite.python, "bench/adamw_step.py", "--device", suite.device, "--json", result]
-              + (["--steps", "2"] if suite.dry else []))
+              + (["--tiny", "--steps", "2"] if suite.dry else []))
     with open(result) as f:
         r = json.load(f)
     row.figures = {"weights M": round(r["weights"] / 1e6, 1), "one tensor at a time ms": round(r["plain_ms"], 2),
@@ -477,9 +477,9 @@ def steps():
     for precision in ("bf16", "fp16"):
         out.append(Step("vit-" + precision, "bench/vit_step.py ViT-B/16 224 px batch 64", step_vit(precision),
                         120, 120, precision))
+    out.append(Step("sdpa", "bench/sdpa_backend.py: SDPA kernel of VL-BERT and ViT", step_sdpa, 90, 90))
     out.append(Step("adamw", "bench/adamw_step.py: BertAdamW multi-tensor vs per tensor, BERT-base", step_adamw,
                     60, 60))
-    out.append(Step("sdpa", "bench/sdpa_backend.py: SDPA kernel of VL-BERT and ViT", step_sdpa, 90, 90))
     return out
 
 
@@ -586,7 +586,7 @@ def main(argv=None):
                         help="folder of the inputs and the runs' outputs, kept for --only (default %(default)s)")
     parser.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny sizes")
     parser.add_argument("--only", help="comma-separated steps (or patterns like 'e2e-*') to run again")
-    parser.add_argument("--jobs", type=int, help="parallel training steps (default 6 on the GPU, 2 dry)")
+    parser.add_argument("--jobs", type=int, help="parallel training steps (default 8 on the GPU, 2 dry)")
     parser.add_argument("--budget", type=float,
                         help="seconds for all steps (default {} on the GPU, {} dry)".format(SUITE_BUDGET_S, DRY_BUDGET_S))
     parser.add_argument("--list", action="store_true", help="print the steps and exit")
@@ -616,7 +616,7 @@ def main(argv=None):
             chosen.insert(0, next(s for s in all_steps if s.name == "inputs"))
     os.makedirs(suite.work, exist_ok=True)
     try:
-        rows = run_steps(suite, chosen, args.jobs or (2 if suite.dry else 6))
+        rows = run_steps(suite, chosen, args.jobs or (2 if suite.dry else 8))
     except KeyboardInterrupt:
         suite.kill_all()
         raise
