@@ -44,12 +44,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-STATUSES = ("ok", "fail", "skip")
 TASKS = ("vcr", "vqa", "refcoco", "pretrain", "cls")
 PRECISION_OPTS = {"fp32": ["TRAIN.FP16", "false"],
                   "fp16": ["TRAIN.FP16", "true", "TRAIN.FP16_DTYPE", "float16", "TRAIN.FP16_LOSS_SCALE", "dynamic"],
@@ -85,6 +84,8 @@ class StepSkipped(Exception):
 
 @dataclass
 class Step:
+    """A named check: ``run(suite, row)`` fills the row's figures and raises :class:`StepFailed` or
+    :class:`StepSkipped`; its processes stop at its timeout (``timeout_s`` on the GPU, ``dry_timeout_s`` dry)."""
     name: str
     what: str
     run: Callable[["Suite", "Row"], None]
