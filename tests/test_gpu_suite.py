@@ -97,7 +97,7 @@ def test_agreement_compares_the_steps_up_to_the_first_skip():
 
 @pytest.mark.slow
 def test_dry_run_runs_every_step_on_the_cpu(tmp_path):
-    done = subprocess.run([SUITE, "--dry-run", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    done = subprocess.run([SUITE, "--dry-run", "--out", str(tmp_path)], capture_output=True, text=True, timeout=1500)
     saved = json.loads((tmp_path / "gpu_suite.json").read_text())
     status = {r["step"]: (r["status"], r["reason"]) for r in saved["rows"]}
     assert done.returncode == 0, status
