@@ -557,11 +557,13 @@ def write_results(out, head, rows):
         os.replace(tmp, os.path.join(out, name))
 
 
-def previous_rows(out):
-    """The rows of an earlier run's ``gpu_suite.json`` in ``out`` (none if absent or unreadable)."""
+def previous_rows(out, mode):
+    """The rows of an earlier run's ``gpu_suite.json`` in ``out`` of the same ``mode`` (GPU or dry run); none if
+    absent, unreadable or of the other mode."""
     try:
         with open(os.path.join(out, "gpu_suite.json")) as f:
-            return [Row(**r) for r in json.load(f)["rows"]]
+            saved = json.load(f)
+        return [Row(**r) for r in saved["rows"]] if saved["header"]["mode"] == mode else []
     except (OSError, ValueError, KeyError, TypeError):
         return []
 
@@ -621,11 +623,12 @@ def main(argv=None):
     except KeyboardInterrupt:
         suite.kill_all()
         raise
+    head = header(suite)
     fresh = {r.step: r for r in rows}
-    kept = [r for r in previous_rows(suite.out) if r.step not in fresh] if args.only else []
+    kept = [r for r in previous_rows(suite.out, head["mode"]) if r.step not in fresh] if args.only else []
     order = [s.name for s in all_steps]
     merged = sorted(kept + rows, key=lambda r: order.index(r.step) if r.step in order else len(order))
-    write_results(suite.out, header(suite), merged)
+    write_results(suite.out, head, merged)
     print("[gpu_suite] wrote {} and {}".format(*(os.path.join(suite.out, n) for n in ("gpu_suite.md",
                                                                                       "gpu_suite.json"))))
     return 0 if all(r.status in ("ok", "skip") for r in merged) else 1
