@@ -43,6 +43,15 @@ class ClsTask(Task):
             metrics.add(metric)
         return metrics
 
+    def run_info(self, cfg, dataset):
+        """The class names of the training data set (``classes``, label order), which a predictor prints."""
+        return {"classes": list(dataset.classes)} if dataset is not None else {}
+
+    def predictor(self, cfg, ckpt, ckpt_path, device, feature_weights=None, box_source=None):
+        """:class:`cls.predict.ClsPredictor` (images only: no boxes, no features)."""
+        from cls.predict import ClsPredictor
+        return ClsPredictor(cfg, ckpt, ckpt_path, device)
+
     def test_evaluator(self, cfg, dataset, save_path, save_name):
         """Writes ``{save_path}/{save_name}_{DATASET.DATASET}_{TEST_IMAGE_SET}.csv`` (:class:`PredictionsCSV`)."""
         return PredictionsCSV(dataset, os.path.join(save_path, "{}_{}_{}.csv".format(

@@ -36,6 +36,7 @@ from common.lr_scheduler import build_lr_scheduler, resume_lr_scheduler, updates
 from common.modeling.module import held_random_init_warnings, warn_random_init
 from common.optim import build_optimizer
 from common.partial_pretrain import load_partial_pretrain
+from common.predict import write_run_info
 from common.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
 from common.trainer import Trainer
 
@@ -160,6 +161,8 @@ def train_net(args, cfg, task):
         model = build_model(task, cfg, device)
     train_loader = build_loader(task, cfg, "train", world_size, rank)
     val_loader = build_loader(task, cfg, "val", world_size, rank)
+    if rank == 0:
+        write_run_info(folder, task.run_info(cfg, getattr(train_loader, "dataset", None)))
 
     train_cfg = cfg.TRAIN
     optimizer = build_optimizer(cfg, model, world_size)

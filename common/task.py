@@ -159,6 +159,23 @@ class Task:
         """
         raise NotImplementedError("task '{}' has no result writer".format(self.name))
 
+    def run_info(self, cfg, dataset):
+        """What a predictor of this run needs besides the config and the weights, from the training data set
+        ``dataset`` (class names, an answer vocabulary): a JSON-able dict, written by training as
+        ``predictor.json`` in the run folder (:func:`common.predict.write_run_info`). Default: ``{}``."""
+        return {}
+
+    def predictor(self, cfg, ckpt, ckpt_path, device, feature_weights=None, box_source=None):
+        """The task's :class:`common.predict.TaskPredictor` (``<task>/predict.py``) for the checkpoint dict ``ckpt``
+        read from the file ``ckpt_path`` (its run folder holds the :meth:`run_info`); see
+        :meth:`common.predict.Predictor.from_checkpoint` for the other arguments.
+
+        Raises:
+            common.errors.UserInputError: the task has no predictor, or the run's files do not suit the config.
+        """
+        from common.errors import UserInputError
+        raise UserInputError("task '{}' has no predictor".format(self.name))
+
 
 TASKS = Registry("task", key="task", hint=" (import the task's package, e.g. vcr.task, to register it)")
 
