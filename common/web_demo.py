@@ -4,6 +4,7 @@ attention of the text's words over the regions out.
 Two parts: :class:`DemoBackend`, the page's function (no gradio: it reads the photo, calls the
 :class:`common.predict.Predictor` and draws what the page shows), and :func:`build_page`, the gradio page on it.
 """
+import contextlib
 import html
 import os
 
@@ -11,8 +12,10 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from common.data.loading import load_image
+from common.data.tokenizer import build_tokenizer
 from common.drawing import draw_boxes, paint_regions, thumbnail
 from common.errors import UserInputError
+from common.modeling.attention_record import record_attention
 
 __all__ = ["MAX_PIXELS", "DemoBackend", "DemoResult", "build_page", "launch", "read_photo"]
 
@@ -63,7 +66,7 @@ class DemoResult:
         scores (dict): ``{label: score}`` of the best answers, best first (the first ``[MASK]``'s words for a
             caption), for ``gradio.Label``.
         boxes_image (PIL.Image or None): the photo with its numbered boxes (the chosen one in red).
-        attention (dict or None): the predictor's attention record (see :meth:`DemoBackend.attention_tiles`).
+        attention (dict or None): the attention record of the input (see :meth:`DemoBackend.attention_tiles`).
     """
 
     def __init__(self, message="", prediction=None, scores=None, boxes_image=None, attention=None):
@@ -93,42 +96,58 @@ class DemoBackend:
             raise UserInputError("the web page takes a photo and one text; a {} checkpoint takes {} (use "
                                  "scripts/predict.py)".format(self.task_name, ", ".join(texts)))
         self.text_field = texts[0] if texts else None
+        self.tokenizer = build_tokenizer(predictor.cfg.NETWORK.BERT_MODEL_NAME) if self.text_field else None
 
     @property
     def num_layers(self):
-        """Layers of the model's attention (0 for a model without text, cls)."""
-        return self.predictor.num_attention_layers if self.text_field else 0
+        """Layers of the VL-BERT (0 for a model without text, cls)."""
+        return self.predictor.cfg.NETWORK.VLBERT.num_hidden_layers if self.text_field else 0
 
     def __call__(self, path, text="", name=None):
         """Answer one request; a bad input gives a result with only ``message`` set (never an exception).
 
+        One forward: the predictor's own call, the VL-BERT's attention recorded during it
+        (:func:`common.modeling.attention_record.record_attention`).
         Args:
             path (str or None): the photo file. text (str): the question, caption or expression (ignored for
                 cls). name (str): how messages name the photo (default: its file name).
         """
+        name = name or (os.path.basename(path) if path else None)
         try:
             image = read_photo(path, name, self.max_pixels)
             item = {"image": image}
             if self.text_field:
                 item[self.text_field] = (text or "").strip()
-            prediction, = self.predictor([item], topk=self.topk)
-            attention = self.predictor.attention(item) if self.text_field else None
+            with record_attention(self.predictor.model) if self.text_field else contextlib.nullcontext() as records:
+                prediction, = self.predictor([item], topk=self.topk)
         except UserInputError as e:
             return DemoResult(message=str(e))
-        prediction = dict(prediction, image=name or os.path.basename(path))
+        prediction = dict(prediction, image=name)
         ranked = prediction["masks"][0] if "masks" in prediction else prediction["predictions"]
         chosen = prediction["predictions"][0]["index"] if self.task_name == "refcoco" else None
-        boxes = prediction.get("boxes")
-        drawn = draw_boxes(*thumbnail(image, boxes, DRAWN_SIDE, enlarge=True), chosen) if boxes is not None else None
+        boxes = region_boxes(prediction)
+        drawn = draw_boxes(*thumbnail(image, boxes, DRAWN_SIDE, enlarge=True), chosen) if len(boxes) else None
+        attention = self._attention(records[-1].item(0), image, boxes) if self.text_field else None
         return DemoResult(prediction=prediction, scores={p["label"]: p["score"] for p in ranked},
                           boxes_image=drawn, attention=attention)
+
+    def _attention(self, recorded, image, boxes):
+        """The :meth:`attention_tiles` record of one input from its :class:`AttentionRecord` item."""
+        words = self.tokenizer.convert_ids_to_tokens(recorded["text_ids"])
+        regions = recorded["num_regions"]
+        if regions != len(boxes):  # the predictor's boxes are the regions the VL-BERT saw, in order
+            raise RuntimeError("the VL-BERT saw {} regions but the prediction lists {} boxes".format(
+                regions, len(boxes)))
+        return {"probs": recorded["probs"], "tokens": words + ["[REGION {}]".format(k) for k in range(regions)]
+                + ["[END]"], "text": (0, len(words)), "regions": (len(words), len(words) + regions),
+                "boxes": boxes, "image": image}
 
     @staticmethod
     def attention_tiles(attention, layer=0):
         """The photo painted with each text word's attention over the regions, one tile per word.
 
         Args:
-            attention (dict): the predictor's record of one input: ``probs`` float ``[layers, heads, T, T]``
+            attention (dict): the record of one input (:attr:`DemoResult.attention`): ``probs`` float ``[layers, heads, T, T]``
                 (row q: token q's attention over all tokens), ``tokens`` (T strings), ``text`` and ``regions``
                 (``[start, end)`` token ranges), ``boxes`` (``[R, 4]`` pixels of ``image``), ``image``
                 (``PIL.Image``).
@@ -150,6 +169,15 @@ class DemoBackend:
         vmax = float(values.max()) or 1.0
         return [(paint_regions(thumb, boxes, row / vmax), "{} (max {:.3f})".format(tokens[q], row.max()))
                 for q, row in zip(words, values)]
+
+
+def region_boxes(prediction):
+    """float ``[R, 4]`` pixels of the regions a prediction used: its ``boxes`` (VQA, pretraining), else its
+    candidates' ``box`` in index order (RefCOCO+); ``[0, 4]`` when it has neither (cls)."""
+    boxes = prediction.get("boxes")
+    if boxes is None and prediction.get("predictions") and "box" in prediction["predictions"][0]:
+        boxes = [p["box"] for p in sorted(prediction["predictions"], key=lambda p: p["index"])]
+    return np.asarray(boxes if boxes is not None else [], dtype=np.float64).reshape(-1, 4)
 
 
 def _answers_markdown(prediction):
