@@ -106,8 +106,22 @@ def read_examples(path, text_field):
     return out
 
 
+def check_port(host, port):
+    """UserInputError when ``host:port`` cannot be bound (in use, or not an address of this machine), before the
+    model is loaded."""
+    import socket
+
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as e:
+        raise UserInputError("cannot serve on {}:{}: {}; give another --port (or --host)".format(
+            host, port, os.strerror(e.errno) if e.errno else e)) from None
+
+
 def main(argv=None):
     args = parse_args(argv)
+    check_port(args.host, args.port)
     # Before gradio is imported: no usage statistics or version check, uploads in a folder of ours.
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
     os.environ["HF_HUB_OFFLINE"] = "1"

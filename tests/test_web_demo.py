@@ -256,3 +256,13 @@ def test_the_page_in_a_real_browser_answers_as_the_predictor(vqa_run, tmp_path):
         driver.quit()
         proc.terminate()
         proc.wait(30)
+
+
+def test_serve_demo_refuses_a_port_in_use_before_loading_the_model():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        out = subprocess.run([sys.executable, SERVE, "--cfg", VQA_CFG, "--ckpt", "missing.model", "--port", str(port)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("error: cannot serve on 127.0.0.1:{}: Address already in use; give another --port "
+                                  "(or --host)".format(port))
