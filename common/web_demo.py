@@ -219,11 +219,12 @@ def build_page(backend, examples=(), title="VL-BERT"):
                 message = gr.Markdown(elem_id="message")
                 scores = gr.Label(label="top answers", elem_id="answers")
                 table = gr.Markdown(elem_id="table")
-                boxes = gr.Image(label="boxes", elem_id="boxes", interactive=False, visible=text_label is not None)
+                boxes = gr.Image(label="boxes", elem_id="boxes", interactive=False, format="png",
+                                 visible=text_label is not None)
                 layer = gr.Slider(0, backend.num_layers, value=0, step=1, elem_id="layer",
                                   label="attention layer (0: mean over all layers)", visible=text_label is not None)
                 tiles = gr.Gallery(label="attention of each word over the regions", elem_id="attention",
-                                   columns=4, visible=text_label is not None)
+                                   columns=4, format="png", visible=text_label is not None)
                 with gr.Accordion("JSON (as scripts/predict.py writes it)", open=False):
                     raw = gr.JSON(elem_id="json")
         attention = gr.State()
@@ -243,7 +244,8 @@ def build_page(backend, examples=(), title="VL-BERT"):
 
         ask.click(answer, [photo, text, layer], [message, scores, table, boxes, tiles, raw, attention],
                   preprocess=False, concurrency_limit=1, concurrency_id="model")
-        layer.release(repaint, [attention, layer], tiles, concurrency_limit=1, concurrency_id="model")
+        layer.change(repaint, [attention, layer], tiles, concurrency_limit=1, concurrency_id="model",
+                     trigger_mode="always_last")
     return page.queue(default_concurrency_limit=1, max_size=32)
 
 

@@ -170,13 +170,18 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _serve(vqa_run, port, timeout=180):
-    """``scripts/serve_demo.py`` on the tiny VQA run, once it printed ``serving on``: (process, its output lines)."""
+def _serve(vqa_run, port):
+    """Start ``scripts/serve_demo.py`` on the tiny VQA run; returns (process, queue of its output lines)."""
     proc = subprocess.Popen([sys.executable, SERVE, "--cfg", VQA_CFG, "--ckpt", vqa_run["ckpt"], "--port", str(port),
                              "--feature-weights", vqa_run["weights"], "--topk", "3"] + GRID + ["--opts"]
                             + vqa_run["opts"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    return proc, lines
+
+
+def _wait_serving(proc, lines, port, timeout=180):
+    """Wait for the server's ``serving on http://127.0.0.1:PORT`` line (fails with its output otherwise)."""
     seen, deadline = [], time.time() + timeout
     while time.time() < deadline:
         try:
@@ -188,7 +193,7 @@ def _serve(vqa_run, port, timeout=180):
         seen.append(line)
         if line.startswith("serving on "):
             assert line.strip() == "serving on http://127.0.0.1:{}".format(port)
-            return proc, seen
+            return
     proc.kill()
     pytest.fail("serve_demo.py did not print 'serving on' (exit {}):\n{}".format(proc.poll(), "".join(seen)))
 
@@ -216,15 +221,19 @@ def _ask(driver, photo, text):
 
 def test_the_page_in_a_real_browser_answers_as_the_predictor(vqa_run, tmp_path):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
 
     driver = _chromium()
     port = _free_port()
-    proc, _ = _serve(vqa_run, port)
+    proc, lines = _serve(vqa_run, port)
     try:
         photo = _photo(vqa_run)
+        # What the page must show, computed while the server starts.
         expected, = Predictor.from_checkpoint(
             VQA_CFG, vqa_run["ckpt"], opts=vqa_run["opts"], feature_weights=vqa_run["weights"],
             box_source={"kind": "grid", "grid": "2x2"})({"image": photo, "question": QUESTION}, topk=3)
+        _wait_serving(proc, lines, port)
         driver.get("http://127.0.0.1:{}/".format(port))
         message, table = _ask(driver, photo, QUESTION)
         # The answers shown: the predictor's, best first, the scores to the table's 4 decimals.
@@ -236,6 +245,13 @@ def test_the_page_in_a_real_browser_answers_as_the_predictor(vqa_run, tmp_path):
         assert len(driver.find_elements(By.CSS_SELECTOR, "#attention img")) == 6  # one tile per word
         assert driver.find_elements(By.CSS_SELECTOR, "#boxes img")
         driver.save_screenshot(str(tmp_path / "web_demo.png"))
+        # The layer slider repaints the tiles (layer 2 alone).
+        tiles = [e.get_attribute("src") for e in driver.find_elements(By.CSS_SELECTOR, "#attention img")]
+        number = driver.find_element(By.CSS_SELECTOR, "#layer input[type=number]")
+        number.clear()
+        number.send_keys("2", Keys.TAB)
+        WebDriverWait(driver, 30).until(lambda d: tiles != [e.get_attribute("src") for e in d.find_elements(
+            By.CSS_SELECTOR, "#attention img")])
 
         # A file that is not an image: the message, no answers; the server answers the photo again after it.
         (tmp_path / "notes.jpg").write_text("not an image")
