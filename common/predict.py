@@ -44,12 +44,15 @@ from common.data.loading import load_image
 from common.errors import UserInputError
 from common.evaluation import DatasetEvaluator, inference_on_dataset
 from common.modeling.module import held_random_init_warnings
+from common.modeling.region_extractor import EXTRACTOR_OPTS, build_region_extractor
 from common.safe_write import atomic_write
 from common.task import TASKS
 
-__all__ = ["FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task", "load_input_image",
+__all__ = ["DEFAULT_GRID", "FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task", "load_feature_extractor", "load_input_image",
            "read_run_info", "top_predictions", "write_run_info"]
 
+# Boxes of a photo given without boxes when neither the call nor the run folder names a box source.
+DEFAULT_GRID = "4x4"
 RUN_INFO = "predictor.json"
 FEATURE_INFO = "feature_extractor.json"
 
@@ -152,6 +155,37 @@ def _read_yaml(path, what):
         raise UserInputError("{} '{}' is not readable YAML: {}".format(what, path, e)) from None
 
 
+def load_feature_extractor(task, cfg, ckpt_path, feature_weights, device):
+    """``(encoder, transform, box source record)`` of a precomputed-feature model: the run folder's
+    ``feature_extractor.json`` (``cfg``, ``weights``, ``box_source``), ``feature_weights`` overriding its weights.
+
+    Raises:
+        UserInputError: no weights known (names ``--feature-weights`` / ``feature_weights=``).
+    """
+    info = read_run_info(ckpt_path, FEATURE_INFO)
+    weights = feature_weights or info.get("weights")
+    if not weights:
+        raise UserInputError("{}: the model reads precomputed region features (NETWORK.IMAGE_FEAT_PRECOMPUTED), so a "
+                             "photo needs the image encoder that made them: give --feature-weights FILE "
+                             "(feature_weights=; the --weights file of scripts/extract_features.py)".format(ckpt_path))
+    opts = list(EXTRACTOR_OPTS) + ["NETWORK.IMAGE_PRETRAINED", ""]
+    # The encoder's config: the recorded one, else the model's own (scripts/run_demo_vqa.sh passes it to both).
+    feature_cfg = task.load_config(info["cfg"], opts) if info.get("cfg") else _encoder_cfg(cfg)
+    model, transform = build_region_extractor(feature_cfg, weights, device, setting="--feature-weights")
+    return model, transform, info.get("box_source")
+
+
+def _encoder_cfg(cfg):
+    """A frozen copy of the model's config with :data:`EXTRACTOR_OPTS` applied and no IMAGE_PRETRAINED."""
+    out = cfg.clone()
+    out.defrost()
+    out.NETWORK.IMAGE_FEAT_PRECOMPUTED = False
+    out.NETWORK.IMAGE_SEMANTIC = False
+    out.NETWORK.IMAGE_PRETRAINED = ""
+    out.freeze()
+    return out
+
+
 class TaskPredictor:
     """What one task adds to :class:`Predictor`: raw input -> data set item, model outputs -> predictions.
 
@@ -162,17 +196,17 @@ class TaskPredictor:
         fields: ``{key: required}`` of the input's keys besides ``image`` (text fields, ``boxes``).
         dataset_class: the task's data set class (its ``pad_values`` and ``batch_extras`` collate the batch).
         label_field: the name of a label field the items carry (a placeholder, taken out before the forward).
-        box_source: the :class:`common.data.box_sources.BoxSource` of images given without boxes, or None.
+        box_source: the :class:`common.data.box_sources.BoxSource` of images given without boxes (default: a
+            :data:`DEFAULT_GRID` grid).
     """
     fields = {}
     dataset_class = None
     label_field = None
-    uses_boxes = False
 
     def __init__(self, cfg, device, box_source=None):
         self.cfg = cfg
         self.device = device
-        self.box_source = box_source
+        self.box_source = box_source if box_source is not None else BoxSource("grid", DEFAULT_GRID)
 
     @property
     def data_names(self):
@@ -203,7 +237,7 @@ class TaskPredictor:
         """float32 ``[K, 4]`` boxes of the input: its ``boxes`` (pixels of the image), else the box source's.
 
         Raises:
-            UserInputError: ``boxes`` that are not ``[[x1, y1, x2, y2], ...]``, or no boxes and no box source.
+            UserInputError: ``boxes`` that are not ``[[x1, y1, x2, y2], ...]``; the box source's errors.
         """
         if inputs.get("boxes") is not None:
             try:
@@ -212,8 +246,6 @@ class TaskPredictor:
                 raise UserInputError("{}: 'boxes' must be a list of [x1, y1, x2, y2] rows in pixels, got {!r}".format(
                     name, inputs["boxes"])) from None
             return boxes
-        if self.box_source is None:
-            raise UserInputError("{}: no 'boxes' given and no box source (box_source=, --box-source)".format(name))
         return self.box_source(image, name)
 
     def item(self, image, inputs, index, name):
@@ -293,8 +325,8 @@ class Predictor:
                 was trained on (``scripts/extract_features.py --weights``); default: the run folder's
                 :data:`FEATURE_INFO`.
             box_source: :class:`common.data.box_sources.BoxSource` or a dict of its arguments (``{"kind":
-                "grid", "grid": "4x4"}``) for inputs without boxes; default: the run folder's record, else a
-                4x4 grid.
+                "grid", "grid": "4x4"}``) for inputs without boxes; default: the run folder's record
+                (:data:`FEATURE_INFO`), else a :data:`DEFAULT_GRID` grid.
             task: a task name or :class:`common.task.Task`; default: the task whose data set the config names
                 (its package must be imported, e.g. ``import vqa.task``).
         Raises:

@@ -207,3 +207,187 @@ def test_cls_predictions_equal_test_py_csv_and_the_data_sets_probabilities(cls_r
 def test_a_checkpoint_of_another_task_is_named(cls_run, vqa_run):
     with pytest.raises(UserInputError, match=r"is a checkpoint of task 'cls'.* of task 'vqa'"):
         Predictor.from_checkpoint(VQA_CFG, cls_run["ckpt"], opts=vqa_run["opts"], feature_weights=vqa_run["weights"])
+
+
+@pytest.fixture(scope="module")
+def vcr_run(tmp_path_factory):
+    """Tiny VCR data (the demo generator's 4 test scenes), a seeded-random checkpoint and vcr/test.py's Q2A and QA2R
+    leaderboard CSVs of it (the fixture of tests/test_eval_outputs.py)."""
+    import csv
+
+    from tests.faults.vcr_data import CFG, make_tiny_vcr
+    from tests.test_eval_outputs import _checkpoint
+    from vcr.task import TASK
+
+    root = tmp_path_factory.mktemp("predict_vcr")
+    opts = make_tiny_vcr(str(root / "in"))
+    ckpt = _checkpoint(TASK, TASK.load_config(CFG, opts), root / "vcr-0000.model")
+    assert run_script(os.path.join(ROOT, "vcr", "test.py"), [
+        "--a-cfg", CFG, "--a-ckpt", ckpt, "--r-cfg", CFG, "--r-ckpt", ckpt, "--result-path", str(root / "res"),
+        "--result-name", "tiny", "--opts"] + opts) in (0, None)
+    csvs = {}
+    for task in ("Q2A", "QA2R"):
+        with open(root / "res" / "tiny_test_result_{}.csv".format(task)) as f:
+            csvs[task] = list(csv.DictReader(f))
+    data = opts[opts.index("DATASET.DATASET_PATH") + 1]
+    with open(os.path.join(data, "test.jsonl")) as f:
+        anns = [json.loads(line) for line in f if line.strip()]
+    inputs = []
+    for ann in anns:
+        meta = json.load(open(os.path.join(data, "vcr1images", ann["metadata_fn"])))
+        inputs.append({"image": os.path.join(data, "vcr1images", ann["img_fn"]), "question": ann["question"],
+                       "answers": ann["answer_choices"], "rationales": ann["rationale_choices"],
+                       "boxes": meta["boxes"], "objects": ann["objects"], "segms": meta.get("segms")})
+    return dict(cfg=CFG, ckpt=ckpt, opts=opts, csvs=csvs, inputs=inputs, anns=anns)
+
+
+def _by_index(predictions):
+    return [p["score"] for p in sorted(predictions, key=lambda p: p["index"])]
+
+
+def test_vcr_probabilities_equal_test_py_csvs(vcr_run):
+    q2a = Predictor.from_checkpoint(vcr_run["cfg"], vcr_run["ckpt"], opts=vcr_run["opts"] + ["DATASET.TASK", "Q2A"])
+    inputs = [{k: v for k, v in i.items() if k != "rationales"} for i in vcr_run["inputs"]]
+    results = q2a(inputs)
+    assert len(results) == len(vcr_run["csvs"]["Q2A"]) == 4
+    for r, row in zip(results, vcr_run["csvs"]["Q2A"]):
+        expected = [float(row["answer_{}".format(i)]) for i in range(4)]
+        assert _by_index(r["predictions"]) == pytest.approx(expected, abs=1e-6)
+        assert r["choice"] == max(range(4), key=expected.__getitem__)
+    _assert_same_predictions([q2a(i)[0] for i in inputs[:3]], results[:3])
+
+    qa2r = Predictor.from_checkpoint(vcr_run["cfg"], vcr_run["ckpt"], opts=vcr_run["opts"] + ["DATASET.TASK", "QA2R"])
+    for a in range(4):
+        results = qa2r([dict(i, answer_index=a) for i in vcr_run["inputs"]])
+        for r, row in zip(results, vcr_run["csvs"]["QA2R"]):
+            expected = [float(row["rationale_conditioned_on_a{}_{}".format(a, j)]) for j in range(4)]
+            assert _by_index(r["rationale_predictions"]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_vcr_text_tags_name_the_boxes(vcr_run):
+    """``[i]`` words in a string are VCR's box references: the same probabilities as the token list."""
+    from vcr.predict import vcr_tokens
+
+    assert vcr_tokens("is [0] next to [1,2] ?", "x", "question") == ["is", [0], "next", "to", [1, 2], "?"]
+    q2a = Predictor.from_checkpoint(vcr_run["cfg"], vcr_run["ckpt"], opts=vcr_run["opts"] + ["DATASET.TASK", "Q2A"])
+    listed = {k: v for k, v in vcr_run["inputs"][0].items() if k != "rationales"}
+    as_text = dict(listed, question=" ".join(t if isinstance(t, str) else "[{}]".format(",".join(map(str, t)))
+                                             for t in listed["question"]))
+    _assert_same_predictions(q2a(as_text), q2a(listed))
+    with pytest.raises(UserInputError, match=r"'answers' must be a list of 4 texts"):
+        q2a(dict(listed, answers=listed["answers"][:3]))
+    with pytest.raises(UserInputError, match=r"refers to object 99"):
+        q2a(dict(listed, question="where is [99] ?"))
+
+
+@pytest.fixture(scope="module")
+def refcoco_run(tiny_vcr, tmp_path_factory):
+    """The tiny RefCOCO+ data (tests/refcoco_fixture.py), a seeded-random checkpoint of the detected-regions config
+    and refcoco/test.py's result JSON of its 'test' split (the fixture of tests/test_eval_outputs.py)."""
+    from refcoco.task import TASK
+    from tests.refcoco_fixture import write_refcoco
+    from tests.test_eval_outputs import _checkpoint
+    from tests.test_refcoco_end2end import CFGS, tiny_opts
+
+    root = tmp_path_factory.mktemp("predict_refcoco")
+    cfg = os.path.join(CFGS, "base_detected_regions_4x16G.yaml")
+    opts = tiny_opts(tiny_vcr, write_refcoco(str(root / "in")), "")
+    ckpt = _checkpoint(TASK, TASK.load_config(cfg, opts), root / "refcoco-0000.model")
+    assert run_script(os.path.join(ROOT, "refcoco", "test.py"), [
+        "--cfg", cfg, "--ckpt", ckpt, "--split", "test", "--result-path", str(root / "res"), "--result-name", "tiny",
+        "--opts"] + opts) in (0, None)
+    written = [json.load(open(os.path.join(root / "res", n))) for n in os.listdir(root / "res")][0]
+    return dict(cfg=cfg, ckpt=ckpt, opts=opts, written=written)
+
+
+def test_refcoco_boxes_equal_test_py_json_and_scores_the_data_sets_logits(refcoco_run):
+    predictor = Predictor.from_checkpoint(refcoco_run["cfg"], refcoco_run["ckpt"], opts=refcoco_run["opts"])
+    loader = make_dataloader(predictor.cfg, "test")
+    dataset = loader.dataset
+    # Candidates as the data set has them (original pixels, before the whole-image box the config adds).
+    inputs = [{"image": item["image_fn"], "expression": " ".join(item["tokens"]),
+               "boxes": dataset.candidate_boxes(i).tolist()} for i, item in enumerate(dataset.items)]
+    results = predictor(inputs, topk=100)
+    assert len(results) == len(refcoco_run["written"]) == 2
+    for r, w in zip(results, refcoco_run["written"]):
+        assert r["box"] == pytest.approx(w["box"], abs=1e-4)
+        assert r["predictions"][0]["box"] == pytest.approx(w["box"], abs=1e-4)
+    model = load_for_inference(predictor.task, predictor.cfg, refcoco_run["ckpt"], torch.device("cpu"))
+    rows = []
+
+    class Logits(_Logits):
+        def process(self, inputs, outputs):
+            counts = (inputs.field("boxes")[:, :, 0] > -0.5).sum(1).tolist()  # padded rows hold -1
+            rows.extend(torch.sigmoid(l[:n].float()) for l, n in zip(outputs["label_logits"], counts))
+
+        def evaluate(self):
+            return rows
+
+    inference_on_dataset(model, loader, Logits("label_logits"))
+    for r, expected in zip(results, rows):
+        assert _by_index(r["predictions"]) == pytest.approx(expected.tolist(), abs=1e-6)
+    three = inputs + inputs[:1]
+    _assert_same_predictions(predictor(three, topk=100), [predictor(i, topk=100)[0] for i in three])
+
+
+def test_pretraining_top_words_are_the_argmax_of_the_mlm_logits_through_the_data_set(tiny_pretrain, tmp_path):
+    """The demo pretraining config at tiny size, seeded-random weights: the data set's item of a caption with
+    [MASK] words (its random masking and region masking off) through its loader and the model gives MLM logits
+    whose argmax at each [MASK] is the predictor's top word, with the probabilities of their softmax."""
+    from common.data.build import build_dataset
+    from common.data.multitask import dataset_configs
+    from pretrain.data.conceptual_captions import load_detections
+    from pretrain.predict import MASK
+    from pretrain.task import TASK
+    from tests import tiny_pretrain as tp
+    from tests.test_eval_outputs import _checkpoint
+
+    name = "demo_e2e_cpu.yaml"
+    opts = tp.opts(name, tiny_pretrain)
+    cfg = TASK.load_config(tp.cfg_path(name), opts)
+    ckpt = _checkpoint(TASK, cfg, tmp_path / "pretrain-0000.model")
+    predictor = Predictor.from_checkpoint(tp.cfg_path(name), ckpt, opts=opts)
+
+    sub = dataset_configs(cfg)[0]
+    dataset = build_dataset(sub, "val")
+    dataset.masker.word_prob, dataset.with_mvrc = 0.0, False  # no random masking: the [MASK] words are ours
+    inputs = []
+    for i, record in enumerate(dataset.records):
+        words = list(record.caption)
+        words[1] = MASK
+        words[-1] = MASK
+        dataset.records[i] = record._replace(caption=words)
+        inputs.append({"image": record.image, "caption": " ".join(words),
+                       "boxes": load_detections(record.frcnn, with_classes=False).boxes.tolist()})
+    model = load_for_inference(TASK, cfg, ckpt, torch.device("cpu"))
+    mask_id = predictor.task_predictor.mask_id
+    rows = []
+
+    class MLM(_Logits):
+        def forward(self, model, inputs):
+            return predictor.task_predictor.forward(model, inputs)
+
+        def process(self, inputs, outputs):
+            for text, logits in zip(inputs.field("text"), outputs["mlm_logits_wvc"]):
+                rows.append(torch.softmax(logits[text == mask_id].float(), -1))
+
+        def evaluate(self):
+            return rows
+
+    inference_on_dataset(model, make_dataloader(sub, "val", dataset=dataset), MLM("mlm_logits_wvc"))
+    results = predictor(inputs, topk=3)
+    assert len(results) == len(rows) == 2
+    for r, probs in zip(results, rows):
+        assert len(r["masks"]) == len(probs) == 2
+        for top, p in zip(r["masks"], probs):
+            assert top[0]["index"] == int(p.argmax())
+            assert [t["score"] for t in top] == pytest.approx(torch.sort(p, descending=True).values[:3].tolist(),
+                                                             abs=1e-6)
+            assert top[0]["label"] == predictor.task_predictor.vocab[top[0]["index"]]
+        assert r["filled"].count(MASK) == 0
+    alone = [predictor(i, topk=3)[0] for i in inputs]
+    for a, b in zip(alone, results):
+        for k in range(2):
+            _assert_same_predictions([{"p": a["masks"][k]}], [{"p": b["masks"][k]}], key="p")
+    with pytest.raises(UserInputError, match=r"no \[MASK\] word"):
+        predictor({"image": inputs[0]["image"], "caption": "a photo"})

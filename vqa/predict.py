@@ -15,14 +15,10 @@ from common.data.region_features import RegionFeatures
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import build_transforms
 from common.errors import UserInputError
-from common.modeling.region_extractor import EXTRACTOR_OPTS, build_region_extractor, extract_regions
-from common.predict import FEATURE_INFO, TaskPredictor, read_run_info, top_predictions
+from common.modeling.region_extractor import extract_regions
+from common.predict import TaskPredictor, load_feature_extractor, read_run_info, top_predictions
 from vqa.data.answers import AnswerVocab
 from vqa.data.vqa import VQADataset, VQAItems
-
-# Boxes of a photo when neither the call nor the run folder names a box source.
-DEFAULT_GRID = "4x4"
-
 
 def check_answers(vocab, info, ckpt_path, vocab_file):
     """UserInputError when the run's recorded answers (``predictor.json``) are not the config's answer file's."""
@@ -33,37 +29,6 @@ def check_answers(vocab, info, ckpt_path, vocab_file):
         raise UserInputError("DATASET.ANSWER_VOCAB_FILE {}: its {} answers are not the {} the checkpoint {} was trained "
                              "on (they differ first at line {}); give the answer file of the training run".format(
                                  vocab_file, len(vocab), len(recorded), ckpt_path, differ + 1))
-
-
-def feature_extractor(task, cfg, ckpt_path, feature_weights, device):
-    """``(encoder, transform, box source record)`` of a precomputed-feature model: the run folder's
-    ``feature_extractor.json`` (``cfg``, ``weights``, ``box_source``), ``feature_weights`` overriding its weights.
-
-    Raises:
-        UserInputError: no weights known (names ``--feature-weights`` / ``feature_weights=``).
-    """
-    info = read_run_info(ckpt_path, FEATURE_INFO)
-    weights = feature_weights or info.get("weights")
-    if not weights:
-        raise UserInputError("{}: the model reads precomputed region features (NETWORK.IMAGE_FEAT_PRECOMPUTED), so a "
-                             "photo needs the image encoder that made them: give --feature-weights FILE "
-                             "(feature_weights=; the --weights file of scripts/extract_features.py)".format(ckpt_path))
-    opts = list(EXTRACTOR_OPTS) + ["NETWORK.IMAGE_PRETRAINED", ""]
-    # The encoder's config: the recorded one, else the model's own (scripts/run_demo_vqa.sh passes it to both).
-    feature_cfg = task.load_config(info["cfg"], opts) if info.get("cfg") else _encoder_cfg(cfg)
-    model, transform = build_region_extractor(feature_cfg, weights, device, setting="--feature-weights")
-    return model, transform, info.get("box_source")
-
-
-def _encoder_cfg(cfg):
-    """A frozen copy of the model's config with :data:`EXTRACTOR_OPTS` applied and no IMAGE_PRETRAINED."""
-    out = cfg.clone()
-    out.defrost()
-    out.NETWORK.IMAGE_FEAT_PRECOMPUTED = False
-    out.NETWORK.IMAGE_SEMANTIC = False
-    out.NETWORK.IMAGE_PRETRAINED = ""
-    out.freeze()
-    return out
 
 
 def check_classifier(ckpt, cfg, source):
@@ -89,7 +54,7 @@ class VQAPredictor(TaskPredictor):
     dataset_class = VQADataset
 
     def __init__(self, task, cfg, ckpt, ckpt_path, device, feature_weights=None, box_source=None):
-        super().__init__(cfg, device)
+        super().__init__(cfg, device, box_source)
         check_classifier(ckpt, cfg, ckpt_path)
         self.vocab = AnswerVocab.from_file(cfg.DATASET.ANSWER_VOCAB_FILE)
         check_answers(self.vocab, read_run_info(ckpt_path), ckpt_path, cfg.DATASET.ANSWER_VOCAB_FILE)
@@ -99,11 +64,10 @@ class VQAPredictor(TaskPredictor):
                               add_image_as_a_box=cfg.DATASET.ADD_IMAGE_AS_A_BOX)
         recorded = None
         if self.precomputed:
-            self.extractor, self.extractor_transform, recorded = feature_extractor(task, cfg, ckpt_path,
+            self.extractor, self.extractor_transform, recorded = load_feature_extractor(task, cfg, ckpt_path,
                                                                                   feature_weights, device)
-        if box_source is None:
-            box_source = BoxSource(device=device, **recorded) if recorded else BoxSource("grid", DEFAULT_GRID)
-        self.box_source = box_source
+        if box_source is None and recorded:  # the box source of the training features
+            self.box_source = BoxSource(device=device, **recorded)
 
     @property
     def data_names(self):
@@ -120,7 +84,7 @@ class VQAPredictor(TaskPredictor):
         regions = RegionFeatures(name, w, h, boxes.numpy(), features, image_box)
         item = self.items(inputs["question"], None, regions, None if self.precomputed else image, index)
         used = item[self.items.data_names.index("boxes")][:, :4]
-        return item, {"boxes": [[round(float(v), 2) for v in row] for row in used]}
+        return item, {"boxes": used.tolist()}
 
     def scores(self, logits):
         """Answer scores of logits float ``[B, A]`` as the model was trained (sigmoid or softmax)."""

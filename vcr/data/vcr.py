@@ -130,7 +130,8 @@ class VCRDataset(Dataset):
     """VCR items as tensors, in the order of ``data_names``.
 
     Args:
-        ann_file (str): jsonl file name under ``data_path`` (``train.jsonl``...).
+        ann_file (str): jsonl file name under ``data_path`` (``train.jsonl``...); None: no items but those
+            :meth:`item` builds.
         image_set (str): image folder under ``data_path`` (``vcr1images``); in 'zip' storage the
             archive ``{data_path}/{image_set}.zip`` holding the folder ``{image_set}/``, in 'lmdb' storage
             the store ``{image_set}.lmdb`` holding the same names (``common.data.storage.stored_folder``).
@@ -189,7 +190,7 @@ class VCRDataset(Dataset):
                  basic_align=False, qa2r_noq=False, seq_len=64):
         if task not in TASKS:
             raise ValueError("DATASET.TASK must be one of {}, got {!r}".format(TASKS, task))
-        self.ann_file = os.path.join(data_path, ann_file)
+        self.ann_file = os.path.join(data_path, ann_file) if ann_file else "input"
         self.image_root = stored_folder(os.path.join(data_path, image_set), storage)
         self.tokenizer = tokenizer
         self.basic_tokenizer = BasicTokenizer(do_lower_case=True)
@@ -202,7 +203,8 @@ class VCRDataset(Dataset):
         self.basic_align = basic_align
         self.qa2r_noq = qa2r_noq
         self.seq_len = seq_len
-        self.annotations = self._load_annotations()
+        # No annotation file: items come from item() only (the predictor's).
+        self.annotations = self._load_annotations() if ann_file else []
         self._group_ids = None
 
     @classmethod
@@ -223,9 +225,19 @@ class VCRDataset(Dataset):
         image_set = d["{}_IMAGE_SET".format(mode.upper())]
         check_data_paths(d.DATASET_PATH, [(ann_file, image_set)], storage_of(d))
         return cls(ann_file, image_set, d.DATASET_PATH, build_tokenizer(cfg.NETWORK.BERT_MODEL_NAME),
-                   transform=transform, task=d.TASK, test_mode=mode == "test", storage=storage_of(d),
-                   only_use_relevant_dets=d.ONLY_USE_RELEVANT_DETS, add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX,
-                   mask_size=(d.MASK_SIZE, d.MASK_SIZE), basic_align=d.BASIC_ALIGN, qa2r_noq=d.QA2R_NOQ)
+                   transform=transform, test_mode=mode == "test", storage=storage_of(d), **cls._options(cfg))
+
+    @classmethod
+    def for_items(cls, cfg, transform=None):
+        """A test-mode data set of the config's item layout without annotations: :meth:`item` builds its items."""
+        return cls(None, "", "", build_tokenizer(cfg.NETWORK.BERT_MODEL_NAME), transform=transform, test_mode=True,
+                   **cls._options(cfg))
+
+    @staticmethod
+    def _options(cfg):
+        d = cfg.DATASET
+        return dict(task=d.TASK, only_use_relevant_dets=d.ONLY_USE_RELEVANT_DETS, add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX,
+                    mask_size=(d.MASK_SIZE, d.MASK_SIZE), basic_align=d.BASIC_ALIGN, qa2r_noq=d.QA2R_NOQ)
 
     # ------------------------------------------------------------------ annotations
     def _required_fields(self):
@@ -398,7 +410,20 @@ class VCRDataset(Dataset):
         ann = self.annotations[index]
         meta = self._load(load_json, ann["metadata_fn"], ann)
         image = self._load(load_image, ann["img_fn"], ann)
+        return self.item(ann, meta, image, index, generator)
 
+    def item(self, ann, meta, image, index, generator=None):
+        """The item's tuple (``data_names`` order) of one annotation, its image's metadata and image (what
+        ``dataset[i]`` returns; the predictor, ``vcr/predict.py``, builds its items here too).
+
+        Args:
+            ann: an entry of ``annotations`` (the jsonl line's fields; ``img_fn`` / ``metadata_fn`` and ``line``
+                name it in errors).
+            meta: the metadata dict (``boxes``, optional ``segms``, ``width`` / ``height``).
+            image: RGB ``PIL.Image``. index: stored in ``im_info[4]``. generator: of the random transforms.
+        Raises:
+            VCRDataError: boxes or polygons that do not fit the objects (names the files).
+        """
         use_rationales = self.task != "Q2A"
         texts = [ann["question"]] + ann["answer_choices"] + (ann["rationale_choices"] if use_rationales else [])
         objects = ann["objects"]
