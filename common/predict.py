@@ -28,6 +28,7 @@ Files next to the checkpoint (its run folder) that the predictor reads:
   on were made (``{"cfg": ..., "weights": ..., "box_source": {"kind": ..., ...}}``, paths relative to the
   working folder), written by ``scripts/run_demo_vqa.sh``; ``feature_weights=`` overrides its weights.
 """
+import contextlib
 import json
 import os
 
@@ -403,6 +404,43 @@ class Predictor:
         return inference_on_dataset(self.model, [batch], _Collect(self.task_predictor),
                                     self.task_predictor.label_field)
 
+    def attention(self, inp, topk=5):
+        """The attention maps of one input: its prediction (as :meth:`__call__`) and the attention of its first
+        VL-BERT sequence (for VCR: the first answer's), in the layout ``pretrain/function/attention_maps.py``
+        writes (``write_raw`` / ``write_maps``).
+
+        Returns:
+            dict: ``result`` (the prediction), ``probs`` float32 numpy ``[layers, heads, T, T]`` (T = text tokens
+            + regions + 1, ``[END]``), ``tokens`` (T strings: the word pieces, ``[REGION k]``, ``[END]``),
+            ``text`` and ``regions`` (``(start, end)`` token ranges), ``boxes`` (float ``[R, 4]`` pixels of the
+            image) and ``image`` (the RGB ``PIL.Image``).
+        Raises:
+            UserInputError: a bad input, or a model without a VL-BERT (names the task).
+        """
+        vlbert = getattr(self.model, "vlbert", None)
+        if vlbert is None:
+            raise UserInputError("task '{}': the model has no VL-BERT, so no attention maps".format(self.task.name))
+        from common.data.tokenizer import build_tokenizer  # only the maps need the words
+        item, context = self.prepare_one(inp)
+        batch = self.collator([item])
+        with _attention_kept(vlbert, {}) as store:
+            outputs = self.forward(batch)
+        result = self.task_predictor.decode(outputs, [context], topk)[0]
+        text_ids, text_mask, object_mask = store["args"][0][0], store["args"][3][0], store["args"][5][0]
+        num_text, num_regions = int(text_mask.sum()), int(object_mask.sum())
+        size = num_text + num_regions + 1
+        probs = torch.stack([p[0, :, :size, :size] for p in store["probs"]]).float().cpu().numpy()
+        words = build_tokenizer(self.cfg.NETWORK.BERT_MODEL_NAME).convert_ids_to_tokens(
+            text_ids[text_mask].tolist())
+        names = list(batch.names)
+        scales = batch[names.index("im_info")][0, [2, 3, 2, 3]]
+        boxes = batch[names.index("boxes")][0, :num_regions, :4] / scales
+        return {"result": dict({k: v for k, v in inp.items() if isinstance(v, (str, int, float, list))},
+                               **{k: v for k, v in result.items() if not k.startswith("_")}),
+                "probs": probs, "tokens": words + ["[REGION {}]".format(k) for k in range(num_regions)] + ["[END]"],
+                "text": (0, num_text), "regions": (num_text, num_text + num_regions), "boxes": boxes.numpy(),
+                "image": load_input_image(inp["image"])}
+
     def __call__(self, inputs, topk=5, strict=True):
         """Predictions of one input dict or a list of them (one batch), in input order.
 
@@ -433,6 +471,29 @@ class Predictor:
                 out.update({k: v for k, v in next(done).items() if not k.startswith("_")})
             results.append(out)
         return results
+
+
+@contextlib.contextmanager
+def _attention_kept(vlbert, store):
+    """Inside: every forward of the VL-BERT ``vlbert`` also stores its inputs (``store["args"]``) and its
+    attention probabilities (``store["probs"]``, per layer [B, heads, L, L]; the eager attention path); its
+    outputs are unchanged."""
+    encoder = vlbert.encoder
+    original = encoder.forward
+
+    def forward(hidden_states, attention_mask, output_all_encoded_layers=True, output_attention_probs=False):
+        encoded, probs = original(hidden_states, attention_mask, output_all_encoded_layers,
+                                  output_attention_probs=True)
+        store["probs"] = probs
+        return (encoded, probs) if output_attention_probs else encoded
+
+    encoder.forward = forward  # this instance only, removed on exit
+    handle = vlbert.register_forward_pre_hook(lambda module, args: store.update(args=args))
+    try:
+        yield store
+    finally:
+        del encoder.forward
+        handle.remove()
 
 
 def _first_dataset_cfg(cfg):

@@ -391,3 +391,70 @@ def test_pretraining_top_words_are_the_argmax_of_the_mlm_logits_through_the_data
             _assert_same_predictions([{"p": a["masks"][k]}], [{"p": b["masks"][k]}], key="p")
     with pytest.raises(UserInputError, match=r"no \[MASK\] word"):
         predictor({"image": inputs[0]["image"], "caption": "a photo"})
+
+
+def _predict_cli(argv, capsys):
+    capsys.readouterr()
+    code = run_script(os.path.join(ROOT, "scripts", "predict.py"), argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_predict_py_writes_the_json_layout_and_the_table(vqa_run, vqa_predictor, tmp_path, capsys):
+    question = _test_questions(vqa_run)[0]
+    argv = ["--cfg", VQA_CFG, "--ckpt", vqa_run["ckpt"], "--feature-weights", vqa_run["weights"],
+            "--box-source", "file", "--box-file"] + vqa_run["box_files"] + ["--topk", "3"]
+    code, out, _ = _predict_cli(argv + ["--image", question["image"], "--question", question["question"], "--json",
+                                        str(tmp_path / "one.json"), "--opts"] + vqa_run["opts"], capsys)
+    assert code in (0, None)
+    written = json.load(open(tmp_path / "one.json"))
+    expected = vqa_predictor(question, topk=3)[0]
+    assert written == [dict(expected, image=question["image"], question=question["question"])]
+    assert set(written[0]) == {"image", "question", "predictions", "boxes"}
+    assert set(written[0]["predictions"][0]) == {"label", "index", "score"}
+    top = written[0]["predictions"][0]
+    assert "{} ({:.3f})".format(top["label"], top["score"]) in out
+
+    # A folder run with a questions file: input order kept, a bad input kept with its error, exit 2.
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    name = os.path.basename(question["image"])  # the box file finds it by its file name
+    (folder / name).write_bytes(open(question["image"], "rb").read())
+    (folder / "broken.jpg").write_text("not an image")
+    listed = [{"image": "broken.jpg", "question": "what?"}, {"image": name, "question": question["question"]},
+              {"image": name, "question": ""}]
+    (tmp_path / "questions.json").write_text(json.dumps(listed))
+    code, out, err = _predict_cli(argv + ["--images", str(folder), "--questions", str(tmp_path / "questions.json"),
+                                          "--json", str(tmp_path / "many.json"), "--opts"] + vqa_run["opts"], capsys)
+    assert code == 2
+    many = json.load(open(tmp_path / "many.json"))
+    assert [m["image"] for m in many] == [str(folder / e["image"]) for e in listed]
+    assert "not an image" in many[0]["error"] and "predictions" not in many[0]
+    assert many[1].get("predictions") == expected["predictions"], many[1]
+    assert "'question' must be non-empty text" in many[2]["error"]
+    assert "2 of 3 input(s) could not be read" in err
+
+
+def test_predict_py_stops_on_a_bad_file_with_one_error_line(vqa_run, tmp_path, capsys):
+    code, _, err = _predict_cli(["--cfg", VQA_CFG, "--ckpt", str(tmp_path / "missing.model"), "--image", "x.jpg",
+                                 "--question", "what?", "--opts"] + vqa_run["opts"], capsys)
+    assert code == 2
+    assert err.strip().splitlines() == ["error: checkpoint '{}' does not exist".format(tmp_path / "missing.model")]
+    code, _, err = _predict_cli(["--cfg", VQA_CFG, "--ckpt", vqa_run["ckpt"], "--image", "x.jpg", "--question", "q",
+                                 "--opts"] + vqa_run["opts"], capsys)
+    assert code == 2 and "--feature-weights" in err and "Traceback" not in err
+
+
+def test_attention_maps_of_one_input(vqa_run, vqa_predictor, tmp_path):
+    import numpy as np
+
+    question = _test_questions(vqa_run)[0]
+    maps = vqa_predictor.attention(question)
+    assert maps["result"]["predictions"] == vqa_predictor(question)[0]["predictions"]
+    layers, heads, size, _ = maps["probs"].shape
+    assert (layers, heads) == (2, 2)  # the tiny VL-BERT
+    # [CLS] question [SEP] [MASK] [SEP], then the whole image and the 3 boxes, then [END]
+    assert maps["tokens"][0] == "[CLS]" and maps["tokens"][-1] == "[END]" and "[MASK]" in maps["tokens"]
+    assert maps["regions"][1] - maps["regions"][0] == 4 and size == maps["regions"][1] + 1
+    assert np.allclose(maps["probs"].sum(-1), 1.0, atol=1e-5)
+    assert maps["boxes"].tolist() == maps["result"]["boxes"]
