@@ -4,7 +4,6 @@ attention of the text's words over the regions out.
 Two parts: :class:`DemoBackend`, the page's function (no gradio: it reads the photo, calls the
 :class:`common.predict.Predictor` and draws what the page shows), and :func:`build_page`, the gradio page on it.
 """
-import contextlib
 import html
 import os
 
@@ -12,10 +11,8 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from common.data.loading import load_image
-from common.data.tokenizer import build_tokenizer
 from common.drawing import draw_boxes, paint_regions, thumbnail
 from common.errors import UserInputError
-from common.modeling.attention_record import record_attention
 
 __all__ = ["MAX_PIXELS", "DemoBackend", "DemoResult", "build_page", "launch", "read_photo"]
 
@@ -66,7 +63,8 @@ class DemoResult:
         scores (dict): ``{label: score}`` of the best answers, best first (the first ``[MASK]``'s words for a
             caption), for ``gradio.Label``.
         boxes_image (PIL.Image or None): the photo with its numbered boxes (the chosen one in red).
-        attention (dict or None): the attention record of the input (see :meth:`DemoBackend.attention_tiles`).
+        attention (dict or None): the input's attention (:meth:`common.predict.Predictor.attention` less its
+            ``result``; see :meth:`DemoBackend.attention_tiles`).
     """
 
     def __init__(self, message="", prediction=None, scores=None, boxes_image=None, attention=None):
@@ -96,7 +94,6 @@ class DemoBackend:
             raise UserInputError("the web page takes a photo and one text; a {} checkpoint takes {} (use "
                                  "scripts/predict.py)".format(self.task_name, ", ".join(texts)))
         self.text_field = texts[0] if texts else None
-        self.tokenizer = build_tokenizer(predictor.cfg.NETWORK.BERT_MODEL_NAME) if self.text_field else None
 
     @property
     def num_layers(self):
@@ -106,48 +103,41 @@ class DemoBackend:
     def __call__(self, path, text="", name=None):
         """Answer one request; a bad input gives a result with only ``message`` set (never an exception).
 
-        One forward: the predictor's own call, the VL-BERT's attention recorded during it
-        (:func:`common.modeling.attention_record.record_attention`).
+        One forward: the predictor's own call (:meth:`common.predict.Predictor.attention` for a model with text,
+        which also keeps the VL-BERT's attention).
         Args:
             path (str or None): the photo file. text (str): the question, caption or expression (ignored for
                 cls). name (str): how messages name the photo (default: its file name).
         """
         name = name or (os.path.basename(path) if path else None)
+        attention = None
         try:
             image = read_photo(path, name, self.max_pixels)
             item = {"image": image}
             if self.text_field:
                 item[self.text_field] = (text or "").strip()
-            with record_attention(self.predictor.model) if self.text_field else contextlib.nullcontext() as records:
+                attention = self.predictor.attention(item, topk=self.topk)
+                prediction = attention.pop("result")
+            else:
                 prediction, = self.predictor([item], topk=self.topk)
         except UserInputError as e:
             return DemoResult(message=str(e))
         prediction = dict(prediction, image=name)
         ranked = prediction["masks"][0] if "masks" in prediction else prediction["predictions"]
-        chosen = prediction["predictions"][0]["index"] if self.task_name == "refcoco" else None
-        boxes = region_boxes(prediction)
-        drawn = draw_boxes(*thumbnail(image, boxes, DRAWN_SIDE, enlarge=True), chosen) if len(boxes) else None
-        attention = self._attention(records[-1].item(0), image, boxes) if self.text_field else None
+        drawn = None
+        if attention is not None:  # the regions the VL-BERT saw, the chosen one (RefCOCO+) in red
+            chosen = prediction["predictions"][0]["index"] if self.task_name == "refcoco" else None
+            drawn = draw_boxes(*thumbnail(image, attention["boxes"], DRAWN_SIDE, enlarge=True), chosen)
         return DemoResult(prediction=prediction, scores={p["label"]: p["score"] for p in ranked},
                           boxes_image=drawn, attention=attention)
-
-    def _attention(self, recorded, image, boxes):
-        """The :meth:`attention_tiles` record of one input from its :class:`AttentionRecord` item."""
-        words = self.tokenizer.convert_ids_to_tokens(recorded["text_ids"])
-        regions = recorded["num_regions"]
-        if regions != len(boxes):  # the predictor's boxes are the regions the VL-BERT saw, in order
-            raise RuntimeError("the VL-BERT saw {} regions but the prediction lists {} boxes".format(
-                regions, len(boxes)))
-        return {"probs": recorded["probs"], "tokens": words + ["[REGION {}]".format(k) for k in range(regions)]
-                + ["[END]"], "text": (0, len(words)), "regions": (len(words), len(words) + regions),
-                "boxes": boxes, "image": image}
 
     @staticmethod
     def attention_tiles(attention, layer=0):
         """The photo painted with each text word's attention over the regions, one tile per word.
 
         Args:
-            attention (dict): the record of one input (:attr:`DemoResult.attention`): ``probs`` float ``[layers, heads, T, T]``
+            attention (dict): the record of one input (:attr:`DemoResult.attention`): ``probs`` float
+                ``[layers, heads, T, T]``
                 (row q: token q's attention over all tokens), ``tokens`` (T strings), ``text`` and ``regions``
                 (``[start, end)`` token ranges), ``boxes`` (``[R, 4]`` pixels of ``image``), ``image``
                 (``PIL.Image``).
@@ -171,15 +161,6 @@ class DemoBackend:
                 for q, row in zip(words, values)]
 
 
-def region_boxes(prediction):
-    """float ``[R, 4]`` pixels of the regions a prediction used: its ``boxes`` (VQA, pretraining), else its
-    candidates' ``box`` in index order (RefCOCO+); ``[0, 4]`` when it has neither (cls)."""
-    boxes = prediction.get("boxes")
-    if boxes is None and prediction.get("predictions") and "box" in prediction["predictions"][0]:
-        boxes = [p["box"] for p in sorted(prediction["predictions"], key=lambda p: p["index"])]
-    return np.asarray(boxes if boxes is not None else [], dtype=np.float64).reshape(-1, 4)
-
-
 def _answers_markdown(prediction):
     """The prediction as a Markdown table (every ``[MASK]`` of a caption; the chosen box of an expression)."""
     lists = prediction.get("masks") or [prediction["predictions"]]
@@ -188,7 +169,8 @@ def _answers_markdown(prediction):
         if len(lists) > 1:
             lines.append("\n**[MASK] {}**\n".format(m))
         lines += ["| | answer | score |", "|---|---|---|"]
-        lines += ["| {} | {} | {:.4f} |".format(k, html.escape(p["label"]), p["score"]) for k, p in enumerate(ranked, 1)]
+        lines += ["| {} | {} | {:.4f} |".format(k, html.escape(p["label"]), p["score"])
+                  for k, p in enumerate(ranked, 1)]
     return "\n".join(lines)
 
 
@@ -268,7 +250,8 @@ def launch(page, host="127.0.0.1", port=7860, allowed_paths=()):
                               font_mono=["ui-monospace", "monospace"])
     try:
         page.launch(server_name=host, server_port=port, share=False, prevent_thread_lock=True, quiet=True,
-                    show_error=True, ssr_mode=False, footer_links=["settings"], theme=theme, allowed_paths=list(allowed_paths),
+                    show_error=True, ssr_mode=False, footer_links=["settings"], theme=theme,
+                    allowed_paths=list(allowed_paths),
                     max_file_size="200mb")
     except OSError as e:
         raise UserInputError("cannot serve on {}:{} ({}); is the port in use? give another with --port".format(

@@ -43,7 +43,8 @@ def _photo(vqa_run):
 @pytest.fixture(scope="module")
 def vqa_backend(vqa_run):
     predictor = Predictor.from_checkpoint(VQA_CFG, vqa_run["ckpt"], opts=vqa_run["opts"],
-                                          feature_weights=vqa_run["weights"], box_source={"kind": "grid", "grid": "2x2"})
+                                          feature_weights=vqa_run["weights"],
+                                          box_source={"kind": "grid", "grid": "2x2"})
     return DemoBackend(predictor, topk=3)
 
 
@@ -157,7 +158,8 @@ def _chromium():
         pytest.skip("browser test: {} not installed (apt-get install chromium chromium-driver; scripts/setup_env.sh "
                     "--test --demo)".format(", ".join(missing)))
     options = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1300,2100"):
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1300,2100"):
         options.add_argument(arg)
     options.binary_location = shutil.which("chromium")
     options.set_capability("goog:loggingPrefs", {"performance": "ALL"})  # every request the page makes
