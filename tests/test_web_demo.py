@@ -22,12 +22,12 @@ from matplotlib import colormaps
 from PIL import Image
 
 from common.data.loading import load_image
-from common.drawing import BOX_COLOUR, PAINT_ALPHA, thumbnail
+from common.drawing import BOX_COLOUR, CHOSEN_COLOUR, PAINT_ALPHA, thumbnail
 from common.errors import UserInputError
 from common.predict import Predictor
 from common.web_demo import DRAWN_SIDE, MAX_PIXELS, DemoBackend
 from tests.conftest import ROOT
-from tests.test_predict import VQA_CFG, cls_run, vqa_run  # noqa: F401  (module fixtures: tiny trained runs)
+from tests.test_predict import VQA_CFG, cls_run, refcoco_run, vqa_run  # noqa: F401  (module fixtures: tiny runs)
 
 SERVE = os.path.join(ROOT, "scripts", "serve_demo.py")
 GRID = ["--box-source", "grid", "--grid", "2x2"]  # 4 cells, the whole image first: 5 regions
@@ -284,3 +284,43 @@ def test_serve_demo_refuses_a_port_in_use_before_loading_the_model():
     assert out.returncode == 2
     assert out.stderr.strip() == ("error: cannot serve on 127.0.0.1:{}: Address already in use; give another --port "
                                   "(or --host)".format(port))
+
+
+def test_an_expression_shows_the_chosen_box_and_a_caption_its_masked_words(refcoco_run, tiny_pretrain, tmp_path):
+    from pretrain.task import TASK
+    from tests import tiny_pretrain as tp
+    from tests.test_eval_outputs import _checkpoint
+
+    photo = str(tmp_path / "photo.png")
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (36, 48, 3), dtype=np.uint8)).save(photo)
+    grid = {"kind": "grid", "grid": "2x2"}
+    # RefCOCO+: the candidates by score, the best one drawn in red on top of the others.
+    predictor = Predictor.from_checkpoint(refcoco_run["cfg"], refcoco_run["ckpt"], opts=refcoco_run["opts"],
+                                          box_source=grid)
+    backend = DemoBackend(predictor, topk=3)
+    assert backend.text_field == "expression"
+    result = backend(photo, "the red one")
+    expected, = predictor({"image": photo, "expression": "the red one"}, topk=3)
+    _same_predictions(result.prediction["predictions"], expected["predictions"])
+    assert result.prediction["box"] == pytest.approx(expected["box"])
+    best = expected["predictions"][0]
+    x1, _, x2, y2 = np.array(best["box"]) * DRAWN_SIDE / 48
+    assert result.boxes_image.getpixel((int((x1 + x2) / 2), int(round(y2)))) == CHOSEN_COLOUR
+    assert result.attention["regions"][1] - result.attention["regions"][0] == len(result.attention["boxes"])
+
+    # Pretraining: the top word pieces of each [MASK], the first [MASK]'s in the page's label.
+    name = "demo_e2e_cpu.yaml"
+    opts = tp.opts(name, tiny_pretrain)
+    ckpt = _checkpoint(TASK, TASK.load_config(tp.cfg_path(name), opts), tmp_path / "pretrain-0000.model")
+    predictor = Predictor.from_checkpoint(tp.cfg_path(name), ckpt, opts=opts, box_source=grid)
+    backend = DemoBackend(predictor, topk=3)
+    assert backend.text_field == "caption"
+    caption = "a [MASK] sits on the [MASK]"
+    result = backend(photo, caption)
+    expected, = predictor({"image": photo, "caption": caption}, topk=3)
+    assert len(result.prediction["masks"]) == 2 and result.prediction["filled"] == expected["filled"]
+    for shown, want in zip(result.prediction["masks"], expected["masks"]):
+        _same_predictions(shown, want)
+    assert list(result.scores) == [p["label"] for p in expected["masks"][0]]
+    assert "[MASK]" in [caption.split()[0] for _, caption in DemoBackend.attention_tiles(result.attention)]
+    assert "no [MASK] word" in backend(photo, "a cat sits").message
