@@ -166,6 +166,14 @@ def _chromium():
     return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
 
 
+@pytest.fixture(scope="module")
+def chromium():
+    """The module's browser (:func:`_chromium`; asked for before the tiny runs, so a skip costs nothing)."""
+    driver = _chromium()
+    yield driver
+    driver.quit()
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -221,12 +229,12 @@ def _ask(driver, photo, text):
     return driver.find_element(By.ID, "message").text, driver.find_element(By.ID, "table").text
 
 
-def test_the_page_in_a_real_browser_answers_as_the_predictor(vqa_run, tmp_path):
+def test_the_page_in_a_real_browser_answers_as_the_predictor(chromium, vqa_run, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
-    driver = _chromium()
+    driver = chromium
     port = _free_port()
     proc, lines = _serve(vqa_run, port)
     try:
@@ -271,7 +279,6 @@ def test_the_page_in_a_real_browser_answers_as_the_predictor(vqa_run, tmp_path):
                                                                     "blob:"))]
         assert proc.poll() is None
     finally:
-        driver.quit()
         proc.terminate()
         proc.wait(30)
 
