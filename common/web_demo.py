@@ -157,7 +157,7 @@ class DemoBackend:
         values = mean[words, r0:r1]  # [words, regions]
         thumb, boxes = thumbnail(attention["image"], attention["boxes"], DRAWN_SIDE, enlarge=True)
         vmax = float(values.max()) or 1.0
-        return [(paint_regions(thumb, boxes, row / vmax), "{} (max {:.3f})".format(tokens[q], row.max()))
+        return [(paint_regions(thumb, boxes, row / vmax), "{} {:.3f}".format(tokens[q], row.max()))
                 for q, row in zip(words, values)]
 
 
@@ -200,13 +200,13 @@ def build_page(backend, examples=(), title="VL-BERT"):
             with gr.Column():
                 message = gr.Markdown(elem_id="message")
                 scores = gr.Label(label="top answers", elem_id="answers")
-                table = gr.Markdown(elem_id="table")
-                boxes = gr.Image(label="boxes", elem_id="boxes", interactive=False, format="png",
-                                 visible=text_label is not None)
                 layer = gr.Slider(0, backend.num_layers, value=0, step=1, elem_id="layer",
                                   label="attention layer (0: mean over all layers)", visible=text_label is not None)
                 tiles = gr.Gallery(label="attention of each word over the regions", elem_id="attention",
-                                   columns=4, format="png", visible=text_label is not None)
+                                   columns=4, height="auto", format="png", visible=text_label is not None)
+                boxes = gr.Image(label="regions (numbered as in the attention)", elem_id="boxes",
+                                 interactive=False, format="png", visible=text_label is not None)
+                table = gr.Markdown(elem_id="table")
                 with gr.Accordion("JSON (as scripts/predict.py writes it)", open=False):
                     raw = gr.JSON(elem_id="json")
         attention = gr.State()

@@ -2,8 +2,8 @@
 answers, the boxes and the attention of the question's words over the regions.
 
     python scripts/serve_demo.py --cfg CFG --ckpt CKPT [--host 127.0.0.1] [--port 7860] [--examples FILE]
-        [--feature-weights F] [--box-source grid|detector|file --grid 4x4 --detector-weights F --box-file F]
-        [--device cpu] [--topk 5] [--opts KEY VALUE ...]
+        [--task T] [--feature-weights F] [--box-source grid|detector|file --grid 4x4 --detector-weights F
+        --box-file F] [--device cpu] [--topk 5] [--opts KEY VALUE ...]
 
 The text is a question (VQA), a caption with ``[MASK]`` words (pretraining) or a referring expression
 (RefCOCO+); a cls checkpoint takes the photo alone and shows its top-5 classes. The predictor is
@@ -19,7 +19,6 @@ page. It prints ``serving on http://HOST:PORT`` once the page answers; Ctrl-C st
 """
 import argparse
 import atexit
-import json
 import os
 import shutil
 import sys
@@ -39,20 +38,26 @@ DEMO_SCENES = 2
 
 
 def parse_args(argv=None):
+    from common.data.box_sources import BOX_SOURCES, DEFAULT_DETECTOR
+
     parser = argparse.ArgumentParser("A web page on a trained model (gradio)")
     parser.add_argument("--cfg", required=True, help="the config the checkpoint was trained with")
     parser.add_argument("--ckpt", required=True, help="checkpoint file")
+    parser.add_argument("--task", help="task name (default: the task of the config's DATASET.DATASET)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     parser.add_argument("--examples", help="JSON list of {\"image\", \"question\"|\"caption\"|\"expression\"} "
                         "offered under the inputs (default: demo photographs)")
+    # The predictor's flags, as scripts/predict.py has them.
+    parser.add_argument("--box-source", choices=BOX_SOURCES, help="boxes of the photos (default: the run's "
+                        "record, else a 4x4 grid)")
+    parser.add_argument("--grid", default="4x4", help="box source 'grid': ROWSxCOLS (default 4x4)")
+    parser.add_argument("--detector", default=DEFAULT_DETECTOR, help="box source 'detector': torchvision model name")
+    parser.add_argument("--detector-weights", help="box source 'detector': its weights file (.pth / .safetensors)")
+    parser.add_argument("--box-file", nargs="+", default=[], help="box source 'file': JSON lists of "
+                        "{\"image_id\", \"image\", \"boxes\"}")
     parser.add_argument("--feature-weights", help="image encoder weights of a model trained on precomputed "
                         "features (default: the run folder's feature_extractor.json)")
-    parser.add_argument("--box-source", choices=("grid", "detector", "file"), help="boxes of the photos "
-                        "(default: the run folder's record, else a 4x4 grid)")
-    parser.add_argument("--grid", default="4x4", help="ROWSxCOLS of --box-source grid")
-    parser.add_argument("--detector-weights", help="weights file of --box-source detector")
-    parser.add_argument("--box-file", action="append", default=[], help="boxes JSON of --box-source file")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--topk", type=int, default=5, help="answers shown (default 5)")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
@@ -135,14 +140,11 @@ def main(argv=None):
             from None
     from common.predict import Predictor
     from common.web_demo import DemoBackend, build_page, launch
+    from predict import box_source  # scripts/predict.py (its import registers every task)
 
-    import cls.task, pretrain.task, refcoco.task, vcr.task, vqa.task  # noqa: E401, F401  (the tasks' registrations)
-    box_source = None
-    if args.box_source:
-        box_source = {"kind": args.box_source, "grid": args.grid, "box_files": args.box_file,
-                      "detector_weights": args.detector_weights}
     predictor = Predictor.from_checkpoint(args.cfg, args.ckpt, device=args.device, opts=args.opts,
-                                          feature_weights=args.feature_weights, box_source=box_source)
+                                          feature_weights=args.feature_weights, box_source=box_source(args),
+                                          task=args.task)
     backend = DemoBackend(predictor, topk=args.topk)
     if args.examples:
         examples = read_examples(args.examples, backend.text_field)

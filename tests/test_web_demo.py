@@ -95,7 +95,7 @@ def test_backend_shows_the_predictors_answers_boxes_and_attention(vqa_run, vqa_b
         colour = np.array(colormaps["inferno"](mean[q, 13] / vmax)[:3]) * 255
         want = (1 - PAINT_ALPHA) * np.array(thumb.getpixel((x, y))) + PAINT_ALPHA * colour
         assert np.abs(np.array(tile.getpixel((x, y))) - want).max() <= 1
-        assert caption == "{} (max {:.3f})".format(TOKENS[q], mean[q, 9:14].max())
+        assert caption == "{} {:.3f}".format(TOKENS[q], mean[q, 9:14].max())
     # The layer slider: one layer's heads averaged; no layer 3 in a 2-layer model.
     second = DemoBackend.attention_tiles(att, layer=2)
     colour = np.array(colormaps["inferno"](probs[1].mean(0)[7, 13] / probs[1].mean(0)[words, 9:14].max())[:3]) * 255
@@ -180,10 +180,11 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _serve(vqa_run, port):
+def _serve(vqa_run, port, examples):
     """Start ``scripts/serve_demo.py`` on the tiny VQA run; returns (process, queue of its output lines)."""
     proc = subprocess.Popen([sys.executable, SERVE, "--cfg", VQA_CFG, "--ckpt", vqa_run["ckpt"], "--port", str(port),
-                             "--feature-weights", vqa_run["weights"], "--topk", "3"] + GRID + ["--opts"]
+                             "--feature-weights", vqa_run["weights"], "--topk", "3", "--examples", examples]
+                            + GRID + ["--opts"]
                             + vqa_run["opts"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
@@ -236,7 +237,9 @@ def test_the_page_in_a_real_browser_answers_as_the_predictor(chromium, vqa_run, 
 
     driver = chromium
     port = _free_port()
-    proc, lines = _serve(vqa_run, port)
+    (tmp_path / "examples.json").write_text(json.dumps([{"image": os.path.relpath(_photo(vqa_run), tmp_path),
+                                                          "question": "how many dogs ?"}]))
+    proc, lines = _serve(vqa_run, port, str(tmp_path / "examples.json"))
     try:
         photo = _photo(vqa_run)
         # What the page must show, computed while the server starts.
@@ -245,6 +248,7 @@ def test_the_page_in_a_real_browser_answers_as_the_predictor(chromium, vqa_run, 
             box_source={"kind": "grid", "grid": "2x2"})({"image": photo, "question": QUESTION}, topk=3)
         _wait_serving(proc, lines, port)
         driver.get("http://127.0.0.1:{}/".format(port))
+        WebDriverWait(driver, 30).until(lambda d: "how many dogs ?" in d.find_element(By.TAG_NAME, "body").text)
         message, table = _ask(driver, photo, QUESTION)
         # The answers shown: the predictor's, best first, the scores to the table's 4 decimals.
         assert message == ""
