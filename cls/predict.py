@@ -44,4 +44,5 @@ class ClsPredictor(TaskPredictor):
 
     def decode(self, outputs, contexts, topk):
         probs = torch.softmax(outputs["label_logits"].float(), 1)
-        return [dict(context, predictions=top_predictions(row, self.names, topk)) for row, context in zip(probs, contexts)]
+        return [dict(context, predictions=top_predictions(row, self.names, topk))
+                for row, context in zip(probs, contexts)]

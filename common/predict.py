@@ -25,12 +25,14 @@ Files next to the checkpoint (its run folder) that the predictor reads:
 - :data:`RUN_INFO` (``predictor.json``): written by training (:meth:`common.task.Task.run_info`): the class
   names of a classifier, the answer vocabulary of a VQA model.
 - :data:`FEATURE_INFO` (``feature_extractor.json``): how the precomputed region features a model was trained
-  on were made (``{"cfg": ..., "weights": ..., "box_source": {"kind": ..., ...}}``, paths relative to the
-  working folder), written by ``scripts/run_demo_vqa.sh``; ``feature_weights=`` overrides its weights.
+  on were made (``{"cfg": ..., "opts": [...], "weights": ..., "box_source": {"kind": ..., ...}}``, paths
+  relative to the working folder), written by ``scripts/run_demo_vqa.sh``; ``feature_weights=`` overrides
+  its weights.
 """
 import contextlib
 import json
 import os
+import warnings
 
 import numpy as np
 import torch
@@ -49,11 +51,12 @@ from common.modeling.region_extractor import EXTRACTOR_OPTS, build_region_extrac
 from common.safe_write import atomic_write
 from common.task import TASKS
 
-__all__ = ["DEFAULT_GRID", "FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task", "load_feature_extractor", "load_input_image",
-           "read_run_info", "top_predictions", "write_run_info"]
+__all__ = ["DEFAULT_GRID", "FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task",
+           "load_feature_extractor", "load_input_image", "read_run_info", "top_predictions", "write_run_info"]
 
 # Boxes of a photo given without boxes when neither the call nor the run folder names a box source.
 DEFAULT_GRID = "4x4"
+# Files next to a checkpoint (module docstring).
 RUN_INFO = "predictor.json"
 FEATURE_INFO = "feature_extractor.json"
 
@@ -158,7 +161,8 @@ def _read_yaml(path, what):
 
 def load_feature_extractor(task, cfg, ckpt_path, feature_weights, device):
     """``(encoder, transform, box source record)`` of a precomputed-feature model: the run folder's
-    ``feature_extractor.json`` (``cfg``, ``weights``, ``box_source``), ``feature_weights`` overriding its weights.
+    ``feature_extractor.json`` (``cfg`` and ``opts`` of ``scripts/extract_features.py``, its ``weights``, the
+    ``box_source`` arguments), ``feature_weights`` overriding its weights.
 
     Raises:
         UserInputError: no weights known (names ``--feature-weights`` / ``feature_weights=``).
@@ -169,7 +173,7 @@ def load_feature_extractor(task, cfg, ckpt_path, feature_weights, device):
         raise UserInputError("{}: the model reads precomputed region features (NETWORK.IMAGE_FEAT_PRECOMPUTED), so a "
                              "photo needs the image encoder that made them: give --feature-weights FILE "
                              "(feature_weights=; the --weights file of scripts/extract_features.py)".format(ckpt_path))
-    opts = list(EXTRACTOR_OPTS) + ["NETWORK.IMAGE_PRETRAINED", ""]
+    opts = list(info.get("opts", [])) + list(EXTRACTOR_OPTS) + ["NETWORK.IMAGE_PRETRAINED", ""]
     # The encoder's config: the recorded one, else the model's own (scripts/run_demo_vqa.sh passes it to both).
     feature_cfg = task.load_config(info["cfg"], opts) if info.get("cfg") else _encoder_cfg(cfg)
     model, transform = build_region_extractor(feature_cfg, weights, device, setting="--feature-weights")
@@ -306,10 +310,9 @@ class Predictor:
         self.task, self.cfg, self.model, self.task_predictor = task, cfg, model, task_predictor
         self.device = torch.device(device)
         dataset = task_predictor.dataset_class
+        item_cfg = _first_dataset_cfg(cfg) if isinstance(cfg.DATASET, list) else cfg  # the image-text data set
         self.collator = BatchCollator(task_predictor.data_names, pad_values=getattr(dataset, "pad_values", None),
-                                      append_ind=cfg.DATASET.APPEND_INDEX if not isinstance(cfg.DATASET, list)
-                                      else False, scales=canvas_scales(cfg if not isinstance(cfg.DATASET, list)
-                                                                       else _first_dataset_cfg(cfg)),
+                                      append_ind=item_cfg.DATASET.APPEND_INDEX, scales=canvas_scales(item_cfg),
                                       extras=getattr(dataset, "batch_extras", None))
 
     @classmethod
@@ -329,7 +332,7 @@ class Predictor:
                 "grid", "grid": "4x4"}``) for inputs without boxes; default: the run folder's record
                 (:data:`FEATURE_INFO`), else a :data:`DEFAULT_GRID` grid.
             task: a task name or :class:`common.task.Task`; default: the task whose data set the config names
-                (its package must be imported, e.g. ``import vqa.task``).
+                (its ``<task>.task`` module must be imported; ``scripts/predict.py`` imports them all).
         Raises:
             UserInputError: a missing or unreadable file, a bad config, a checkpoint of another task or
                 model, an answer vocabulary or class list that does not match the checkpoint, a
@@ -353,12 +356,17 @@ class Predictor:
             raise UserInputError(str(e)) from None
         _check_same_task(task, cfg, ckpt, ckpt_path, cfg_path)
         task.check_checkpoint(cfg, ckpt, ckpt_path)
-        if isinstance(box_source, dict):
-            box_source = BoxSource(device=device, **box_source)
-        task_predictor = task.predictor(cfg, ckpt, ckpt_path, device, feature_weights=feature_weights,
-                                        box_source=box_source)
-        with held_random_init_warnings():  # dropped: the checkpoint sets every weight
-            model = task.build_model(cfg)
+        try:
+            if isinstance(box_source, dict):
+                box_source = BoxSource(device=device, **box_source)
+            task_predictor = task.predictor(cfg, ckpt, ckpt_path, device, feature_weights=feature_weights,
+                                            box_source=box_source)
+            # Warnings about weights the build leaves random are dropped: the checkpoint sets every weight.
+            with held_random_init_warnings(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                model = task.build_model(cfg)
+        except FileNotFoundError as e:  # a file the config names (BERT folder, answer file, weights)
+            raise UserInputError(str(e)) from None
         try:
             load_model_state_dict(model, ckpt["state_dict"], source=ckpt_path)
         except CheckpointError as e:

@@ -52,7 +52,8 @@ class PretrainPredictor(TaskPredictor):
     def item(self, image, inputs, index, name):
         words = self.dataset.masker.words(re.sub(re.escape(MASK), " {} ".format(MASK), inputs["caption"]))
         if MASK not in words:
-            raise UserInputError("{}: the caption has no {} word to fill in: {!r}".format(name, MASK, inputs["caption"]))
+            raise UserInputError("{}: the caption has no {} word to fill in: {!r}".format(
+                name, MASK, inputs["caption"]))
         boxes = self.boxes_of(inputs, image, name)
         w, h = image.size
         features = None

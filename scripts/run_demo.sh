@@ -82,5 +82,5 @@ Demo done.
   test CSV:     $OUT/test_result/demo_test_result_Q2A.csv
   log + config: $OUT/*.log, $OUT/config.yaml
   curves:       $CURVES
-  TensorBoard:  $PY -m tensorboard.main --logdir $OUT/tensorboard_logs   (pip install tensorboard first)
+  TensorBoard:  $PY -m tensorboard.main --logdir $OUT/tensorboard_logs
 MSG

@@ -9,8 +9,8 @@ import torch
 
 from tests.conftest import ROOT
 
-EXPECTED_REQUIREMENTS = ["torch", "torchvision", "yacs", "tensorboardX", "numpy", "pillow", "pyyaml", "tqdm",
-                         "safetensors", "pytorch-pretrained-bert", "scikit-image", "matplotlib", "timm", "lmdb",
+EXPECTED_REQUIREMENTS = ["torch", "torchvision", "yacs", "tensorboardX", "tensorboard", "numpy", "pillow", "pyyaml",
+                         "tqdm", "safetensors", "pytorch-pretrained-bert", "scikit-image", "matplotlib", "timm", "lmdb",
                          "webdataset"]
 
 

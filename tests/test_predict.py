@@ -458,3 +458,38 @@ def test_attention_maps_of_one_input(vqa_run, vqa_predictor, tmp_path):
     assert maps["regions"][1] - maps["regions"][0] == 4 and size == maps["regions"][1] + 1
     assert np.allclose(maps["probs"].sum(-1), 1.0, atol=1e-5)
     assert maps["boxes"].tolist() == maps["result"]["boxes"]
+
+
+def test_the_run_folders_feature_record_needs_no_flag(vqa_run, vqa_predictor, tmp_path):
+    """What scripts/run_demo_vqa.sh records next to the checkpoint (encoder config, weights, box source) stands
+    for --feature-weights and --box-source."""
+    import shutil
+
+    from common.predict import FEATURE_INFO
+
+    ckpt = str(tmp_path / "vqa-0000.model")
+    shutil.copy(vqa_run["ckpt"], ckpt)
+    (tmp_path / FEATURE_INFO).write_text(json.dumps({
+        "cfg": VQA_CFG, "opts": FEATURE_OPTS, "weights": vqa_run["weights"],
+        "box_source": {"kind": "file", "box_files": vqa_run["box_files"]}}))
+    recorded = Predictor.from_checkpoint(VQA_CFG, ckpt, opts=vqa_run["opts"])
+    questions = _test_questions(vqa_run)
+    _assert_same_predictions(recorded(questions), vqa_predictor(questions))
+
+
+def test_predict_py_attention_writes_the_maps(vqa_run, tmp_path, capsys):
+    import numpy as np
+
+    question = _test_questions(vqa_run)[0]
+    code, out, _ = _predict_cli(["--cfg", VQA_CFG, "--ckpt", vqa_run["ckpt"], "--feature-weights", vqa_run["weights"],
+                                 "--box-source", "grid", "--grid", "2x2", "--image", question["image"], "--question",
+                                 question["question"], "--attention", str(tmp_path / "att"), "--opts"]
+                                + vqa_run["opts"], capsys)
+    assert code in (0, None)
+    stem = os.path.splitext(os.path.basename(question["image"]))[0]
+    probs = np.load(tmp_path / "att" / "attention_probs" / (stem + ".npy"))
+    record = json.load(open(tmp_path / "att" / "attention_probs" / (stem + ".json")))
+    assert probs.shape[-1] == len(record["tokens"]) and len(record["boxes"]) == 1 + 4  # whole image + 2x2 grid
+    assert sorted(os.listdir(tmp_path / "att" / "maps" / stem)) == [
+        "layer01_region_to_word.png", "layer01_word_to_region.png", "layer02_region_to_word.png",
+        "layer02_word_to_region.png", "summary_region_to_word.png", "summary_word_to_region.png"]

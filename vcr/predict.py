@@ -106,7 +106,7 @@ class VCRPredictor(TaskPredictor):
                "answer_choices": [vcr_tokens(a, name, "answers") for a in inputs["answers"]],
                "rationale_choices": [vcr_tokens(r, name, "rationales") for r in inputs.get("rationales") or []] or None,
                "answer_label": None, "rationale_label": None}
-        self.dataset._check_annotation(ann, name)
+        self.dataset.check_annotation(ann, name)
         w, h = image.size
         meta = {"boxes": rows, "width": w, "height": h}
         if inputs.get("segms") is not None:

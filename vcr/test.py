@@ -26,7 +26,7 @@ def parse_args():
     parser.add_argument("--result-path", default="./test_result", help="folder of the CSV files")
     parser.add_argument("--result-name", default="vl-bert", help="file name prefix")
     parser.add_argument("--fp16", action="store_true",
-                        help="accepted for compatibility; evaluation always runs in fp32 (see README)")
+                        help="accepted for compatibility; evaluation always runs in fp32 (see docs/vcr.md)")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides for both models")
     args = parser.parse_args()
     if not (args.a_ckpt or args.r_ckpt):

@@ -26,8 +26,9 @@ def check_answers(vocab, info, ckpt_path, vocab_file):
     if recorded is not None and list(recorded) != list(vocab.answers):
         differ = next((i for i, (a, b) in enumerate(zip(recorded, vocab.answers)) if a != b),
                       min(len(recorded), len(vocab.answers)))
-        raise UserInputError("DATASET.ANSWER_VOCAB_FILE {}: its {} answers are not the {} the checkpoint {} was trained "
-                             "on (they differ first at line {}); give the answer file of the training run".format(
+        raise UserInputError("DATASET.ANSWER_VOCAB_FILE {}: its {} answers are not the {} the checkpoint {} was "
+                             "trained on (they differ first at line {}); give the answer file of the training "
+                             "run".format(
                                  vocab_file, len(vocab), len(recorded), ckpt_path, differ + 1))
 
 

@@ -236,8 +236,9 @@ class VCRDataset(Dataset):
     @staticmethod
     def _options(cfg):
         d = cfg.DATASET
-        return dict(task=d.TASK, only_use_relevant_dets=d.ONLY_USE_RELEVANT_DETS, add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX,
-                    mask_size=(d.MASK_SIZE, d.MASK_SIZE), basic_align=d.BASIC_ALIGN, qa2r_noq=d.QA2R_NOQ)
+        return dict(task=d.TASK, only_use_relevant_dets=d.ONLY_USE_RELEVANT_DETS,
+                    add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX, mask_size=(d.MASK_SIZE, d.MASK_SIZE),
+                    basic_align=d.BASIC_ALIGN, qa2r_noq=d.QA2R_NOQ)
 
     # ------------------------------------------------------------------ annotations
     def _required_fields(self):
@@ -258,7 +259,7 @@ class VCRDataset(Dataset):
         annotations = []
         context = " (task {}{})".format(self.task, ", test mode" if self.test_mode else "")
         for line_no, where, ann in read_json_lines(self.ann_file, fields, VCRDataError, context):
-            self._check_annotation(ann, where)
+            self.check_annotation(ann, where)
             annotations.append({
                 "line": line_no,
                 "annot_id": ann["annot_id"],
@@ -273,7 +274,9 @@ class VCRDataset(Dataset):
             })
         return annotations
 
-    def _check_annotation(self, ann, where):
+    def check_annotation(self, ann, where):
+        """Raise VCRDataError (names ``where``) when an annotation has another number of choices than 4, refers
+        to an object it does not list, or has a label outside 0..3."""
         num_objects = len(ann["objects"])
         texts = {"question": [ann["question"]], "answer_choices": ann["answer_choices"]}
         if self.task != "Q2A":
