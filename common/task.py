@@ -97,6 +97,12 @@ class Task:
         ``DATASET.DATASET`` (see :func:`common.data.build.register_dataset`)."""
         return build_dataset(cfg, mode)
 
+    def train_batch_multiple(self, cfg):
+        """``(m, reason)``: every training batch must hold a multiple of ``m`` samples (the model needs it,
+        ``reason`` says why, naming the keys); the last batch of an epoch that does not is dropped, with one
+        log line (:func:`common.data.build.make_dataloader`). Default ``(1, '')``: every batch is trained."""
+        return 1, ""
+
     def build_model(self, cfg):
         """The model ``cfg.MODULE`` names: ``outputs, loss = model(*batch)`` in train mode,
         ``outputs = model(*batch)`` in eval mode (batch in ``dataset.data_names`` order).

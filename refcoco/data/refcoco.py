@@ -228,12 +228,18 @@ class RefCOCO(Dataset):
         return torch.cat(parts).float()
 
     def _image(self, item):
-        image = load_image(item["image_fn"])
+        image = load_image(item["image_fn"], (item["width"], item["height"]), "{} (image_id {})".format(
+            self.refer.instances_file, item["image_id"]))
         if image.size != (item["width"], item["height"]):
             raise RefCOCODataError("{}: the image is {}x{} pixels but {} says {}x{} (image_id {}); the boxes "
                                    "would not match it".format(item["image_fn"], *image.size, self.refer.instances_file,
                                                                item["width"], item["height"], item["image_id"]))
         return image
+
+    def item_source(self, index):
+        """``(refs file, {'ref_id': r, 'sent_id': s})``: the referring expression item ``index`` reads."""
+        item = self.items[index]
+        return self.refer.refs_file, {"ref_id": item["ref_id"], "sent_id": item["sent_id"]}
 
     def __getitem__(self, key):
         index, generator = resolve_key(key)

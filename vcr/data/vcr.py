@@ -14,7 +14,8 @@ from skimage.draw import polygon as draw_polygon
 from torch.utils.data import Dataset
 
 from common.data.collate import index_from_im_info
-from common.data.loading import check_image_size, load_image, load_json, read_json_lines
+from common.data.loading import (check_boxes_inside, check_image_size, image_size, load_image, load_json,
+                                 read_json_lines)
 from common.data.samplers import resolve_key
 from common.data.storage import container, stored_folder, storage_of
 from common.errors import UserInputError
@@ -399,20 +400,54 @@ class VCRDataset(Dataset):
                 except (TypeError, ValueError) as e:
                     raise VCRDataError("{} (for {} line {}): 'segms' of object {}: {}".format(
                         ann["metadata_fn"], self.ann_file, ann["line"], o, e)) from None
-        recorded = (meta["width"], meta["height"]) if "width" in meta and "height" in meta else None
-        check_image_size(ann["img_fn"], size, recorded, "{} (for {} line {})".format(
-            ann["metadata_fn"], self.ann_file, ann["line"]), boxes, error=VCRDataError)
+        check_image_size(ann["img_fn"], size, *self._recorded_size(meta, ann), boxes, error=VCRDataError)
         if self.add_image_as_a_box:
             w, h = size
             boxes = torch.cat([torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0, 1.0, 0.0]]), boxes])
             masks = torch.cat([torch.ones(1, *self.mask_size), masks])
         return boxes, masks
 
+    def _recorded_size(self, meta, ann):
+        """``((width, height) or None, where)``: the image size the metadata gives and the words naming it."""
+        recorded = (meta["width"], meta["height"]) if "width" in meta and "height" in meta else None
+        return recorded, "{} (for {} line {})".format(ann["metadata_fn"], self.ann_file, ann["line"])
+
+    def _texts_and_objects(self, ann):
+        """``(texts, kept object indices)``: the question, answers (and rationales) and the objects they keep."""
+        texts = [ann["question"]] + ann["answer_choices"] + (ann["rationale_choices"] if self.task != "Q2A" else [])
+        if self.only_use_relevant_dets:
+            keep, texts = keep_only_relevant(texts)
+            return texts, keep
+        return texts, list(range(len(ann["objects"])))
+
+    def item_source(self, index):
+        """``(file, line)`` where item ``index`` is defined: the annotation file and its 1-based line."""
+        return self.ann_file, self.annotations[index]["line"]
+
+    def check_item(self, index):
+        """Read item ``index`` as :meth:`__getitem__` does, the image only to its header (size, EXIF
+        orientation): the metadata, its boxes against the image size, every text through the tokenizer.
+
+        Raises:
+            VCRDataError / FileNotFoundError / ValueError: as :meth:`__getitem__`; a box beyond the image.
+        """
+        ann = self.annotations[index]
+        meta = self._load(load_json, ann["metadata_fn"], ann)
+        size = self._load(lambda path: image_size(path, *self._recorded_size(meta, ann)), ann["img_fn"], ann)
+        texts, keep = self._texts_and_objects(ann)
+        boxes, _ = self._boxes_and_masks(meta, ann["objects"], keep, ann, size)
+        objects = boxes[1:] if self.add_image_as_a_box else boxes  # (the whole-image box is inside)
+        check_boxes_inside(ann["img_fn"], size, objects, self._recorded_size(meta, ann)[1], error=VCRDataError,
+                           ids=keep)
+        names = self._names([ann["objects"][o] for o in keep])
+        for text in texts:
+            self._tokenize(text, names, 0 if self.add_image_as_a_box else -1)
+
     def __getitem__(self, key):
         index, generator = resolve_key(key)
         ann = self.annotations[index]
         meta = self._load(load_json, ann["metadata_fn"], ann)
-        image = self._load(load_image, ann["img_fn"], ann)
+        image = self._load(lambda path: load_image(path, *self._recorded_size(meta, ann)), ann["img_fn"], ann)
         return self.item(ann, meta, image, index, generator)
 
     def item(self, ann, meta, image, index, generator=None):
@@ -428,12 +463,8 @@ class VCRDataset(Dataset):
             VCRDataError: boxes or polygons that do not fit the objects (names the files).
         """
         use_rationales = self.task != "Q2A"
-        texts = [ann["question"]] + ann["answer_choices"] + (ann["rationale_choices"] if use_rationales else [])
         objects = ann["objects"]
-        if self.only_use_relevant_dets:
-            keep, texts = keep_only_relevant(texts)
-        else:
-            keep = list(range(len(objects)))
+        texts, keep = self._texts_and_objects(ann)
         boxes, masks = self._boxes_and_masks(meta, objects, keep, ann, image.size)
         names = self._names([objects[o] for o in keep])
 

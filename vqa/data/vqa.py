@@ -187,8 +187,14 @@ class VQADataset(Dataset):
                 check_same_split(questions, annotations, q_path, a_path)
                 answers = {a["question_id"]: [x["answer"] for x in a["answers"]] for a in annotations}
             database += [{"question_id": q["question_id"], "image_id": q["image_id"], "question": q["question"],
-                          "answers": answers.get(q["question_id"]), "split": split_index} for q in questions]
+                          "answers": answers.get(q["question_id"]), "split": split_index, "position": k}
+                         for k, q in enumerate(questions)]
         return database
+
+    def item_source(self, index):
+        """``(question file, {'index': n})``: item ``index`` is entry n (from 0) of the file's ``questions`` list."""
+        q = self.database[index]
+        return self.files[q["split"]][0], {"index": q["position"]}
 
     def __len__(self):
         return len(self.database)
@@ -228,13 +234,13 @@ class VQADataset(Dataset):
         image = None
         if not self.precomputed:
             path = self.files[q["split"]][4].format(q["image_id"])
+            recorded = ((regions.image_w, regions.image_h),
+                        "the regions of question_id {} (image_id {})".format(q["question_id"], q["image_id"]))
             try:
-                image = load_image(path)
+                image = load_image(path, *recorded)
             except (FileNotFoundError, UserInputError) as e:
                 raise VQADataError("question_id {}: {}".format(q["question_id"], e)) from None
-            check_image_size(path, image.size, (regions.image_w, regions.image_h), "the regions of question_id {} "
-                             "(image_id {})".format(q["question_id"], q["image_id"]),
-                             torch.from_numpy(regions.boxes), error=VQADataError)
+            check_image_size(path, image.size, *recorded, torch.from_numpy(regions.boxes), error=VQADataError)
         return self.items(q["question"], q["answers"], regions, image, index, generator)
 
 
