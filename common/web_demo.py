@@ -234,7 +234,8 @@ def build_page(backend, examples=(), title="VL-BERT"):
 def launch(page, host="127.0.0.1", port=7860, allowed_paths=()):
     """Serve ``page`` (from :func:`build_page`) offline in a background thread; returns its URL once it answers.
 
-    No share link, no API page, no server-side rendering; the theme uses the system's fonts, so the browser
+    No share link, no server-side rendering, a footer with the settings link only; the theme uses the system's
+    fonts, so the browser
     fetches nothing but this server (gradio's default theme loads its fonts from a CDN). Analytics are off
     when ``GRADIO_ANALYTICS_ENABLED=False`` is set before gradio is imported (``scripts/serve_demo.py``).
     Args:
@@ -251,8 +252,7 @@ def launch(page, host="127.0.0.1", port=7860, allowed_paths=()):
     try:
         page.launch(server_name=host, server_port=port, share=False, prevent_thread_lock=True, quiet=True,
                     show_error=True, ssr_mode=False, footer_links=["settings"], theme=theme,
-                    allowed_paths=list(allowed_paths),
-                    max_file_size="200mb")
+                    allowed_paths=list(allowed_paths), max_file_size="200mb")
     except OSError as e:
         raise UserInputError("cannot serve on {}:{} ({}); is the port in use? give another with --port".format(
             host, port, str(e).split(".")[0])) from None
