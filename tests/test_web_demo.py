@@ -335,3 +335,11 @@ def test_an_expression_shows_the_chosen_box_and_a_caption_its_masked_words(refco
     assert list(result.scores) == [p["label"] for p in expected["masks"][0]]
     assert "[MASK]" in [caption.split()[0] for _, caption in DemoBackend.attention_tiles(result.attention)]
     assert "no [MASK] word" in backend(photo, "a cat sits").message
+
+
+def test_setup_env_names_an_unknown_option():
+    out = subprocess.run(["bash", os.path.join(ROOT, "scripts", "setup_env.sh"), "--test", "--web"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("error: scripts/setup_env.sh: unknown option '--web' (expected --test and/or "
+                                  "--demo)")
