@@ -244,14 +244,18 @@ class TaskPredictor:
         Raises:
             UserInputError: ``boxes`` that are not ``[[x1, y1, x2, y2], ...]``; the box source's errors.
         """
-        if inputs.get("boxes") is not None:
-            try:
-                boxes = torch.tensor(inputs["boxes"], dtype=torch.float32).reshape(-1, 4)
-            except (TypeError, ValueError, RuntimeError):
-                raise UserInputError("{}: 'boxes' must be a list of [x1, y1, x2, y2] rows in pixels, got {!r}".format(
-                    name, inputs["boxes"])) from None
-            return boxes
-        return self.box_source(image, name)
+        if inputs.get("boxes") is None:
+            return self.box_source(image, name)
+        try:
+            boxes = torch.tensor(inputs["boxes"], dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError):
+            boxes = None
+        if boxes is not None and boxes.numel() == 0:
+            return boxes.reshape(0, 4)
+        if boxes is None or boxes.dim() != 2 or boxes.shape[1] != 4:
+            raise UserInputError("{}: 'boxes' must be a list of [x1, y1, x2, y2] rows in pixels, got {!r}".format(
+                name, inputs["boxes"]))
+        return boxes
 
     def item(self, image, inputs, index, name):
         """``(item, context)``: the data set's tuple (``data_names`` order) for one input and what
@@ -271,11 +275,6 @@ class TaskPredictor:
         """One output dict per input from the batch's ``outputs`` (tensors on the CPU, batch first) and the
         inputs' contexts; each has ``predictions`` (see the module docstring)."""
         raise NotImplementedError
-
-    def attention_text(self, item):
-        """The word pieces of an item's text as the model lays it out (``[CLS] ... [SEP]``), for attention maps;
-        None: the task's model has no VL-BERT."""
-        return None
 
 
 class _Collect(DatasetEvaluator):
@@ -342,7 +341,10 @@ class Predictor:
         if task is None:
             task = find_task(_config_dataset(raw), cfg_path)
         elif isinstance(task, str):
-            task = TASKS.get(task)
+            try:
+                task = TASKS.get(task)
+            except KeyError as e:
+                raise UserInputError("--task: {}".format(e.args[0])) from None
         try:
             cfg = task.load_config(cfg_path, list(opts))
             task.check_config(cfg, cfg_path)
