@@ -5,7 +5,7 @@ from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.loss_logger import loss_loggers
 from common.task import Input, Task, register_task
 import cls.data  # noqa: F401  (registers 'cifar10', 'cifar100', 'imagefolder')
-from cls.function.config import VALUE_RULES, check_config, cls_defaults
+from cls.function.config import VALUE_RULES, check_config, cls_defaults, mixes
 from cls.function.test import PredictionsCSV
 from cls.metrics import CrossEntropy, TopKAccuracy
 from cls.modules import MODELS
@@ -30,6 +30,12 @@ class ClsTask(Task):
             found.append(Input("NETWORK.IMAGE_PRETRAINED", "timm weights", cfg.NETWORK.IMAGE_PRETRAINED))
         return found
 
+    def train_batch_multiple(self, cfg):
+        """2 with Mixup / CutMix (timm's ``Mixup`` mixes a batch with its reverse: an even batch), else 1."""
+        if mixes(cfg):
+            return 2, "timm's Mixup / CutMix (TRAIN.MIXUP_ALPHA, TRAIN.CUTMIX_ALPHA) needs an even batch"
+        return 1, ""
+
     def label_index_in_batch(self, cfg):
         """The ``label`` field (the batch ends with ``index``)."""
         return "label"
@@ -42,6 +48,15 @@ class ClsTask(Task):
         for metric in extra:
             metrics.add(metric)
         return metrics
+
+    def run_info(self, cfg, dataset):
+        """The class names of the training data set (``classes``, label order), which a predictor prints."""
+        return {"classes": list(dataset.classes)} if dataset is not None else {}
+
+    def predictor(self, cfg, ckpt, ckpt_path, device, feature_weights=None, box_source=None):
+        """:class:`cls.predict.ClsPredictor` (images only: no boxes, no features)."""
+        from cls.predict import ClsPredictor
+        return ClsPredictor(cfg, ckpt, ckpt_path, device)
 
     def test_evaluator(self, cfg, dataset, save_path, save_name):
         """Writes ``{save_path}/{save_name}_{DATASET.DATASET}_{TEST_IMAGE_SET}.csv`` (:class:`PredictionsCSV`)."""

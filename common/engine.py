@@ -36,8 +36,9 @@ from common.lr_scheduler import build_lr_scheduler, resume_lr_scheduler, updates
 from common.modeling.module import held_random_init_warnings, warn_random_init
 from common.optim import build_optimizer
 from common.partial_pretrain import load_partial_pretrain
+from common.predict import write_run_info
 from common.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
-from common.trainer import Trainer
+from common.trainer import DIVERGED_EXIT_CODE, Trainer, TrainingDivergedError
 
 # Apex's floor for the dynamic loss scale in the reference's amp.initialize call.
 MIN_LOSS_SCALE = 128.0
@@ -94,7 +95,8 @@ def build_loader(task, cfg, mode, world_size=1, rank=0):
     if isinstance(cfg.DATASET, list):
         loaders = [build_loader(task, sub, mode, world_size, rank) for sub in dataset_configs(cfg)]
         return MultiTaskDataLoader(loaders) if mode == "train" else MultiTaskEvalLoader(loaders)
-    return make_dataloader(cfg, mode, world_size, rank, dataset=task.build_dataset(cfg, mode))
+    return make_dataloader(cfg, mode, world_size, rank, dataset=task.build_dataset(cfg, mode),
+                           batch_multiple=task.train_batch_multiple(cfg))
 
 
 def build_precision(cfg, device):
@@ -144,7 +146,9 @@ def train_net(args, cfg, task):
         (rank, model): the rank of this process and the trained model (unwrapped from DDP).
     Raises:
         SystemExit: code :data:`common.preemption.PREEMPTED_EXIT_CODE` after SIGTERM / SIGUSR1, once the
-            checkpoint of the step where every rank stopped is written (:mod:`common.preemption`).
+            checkpoint of the step where every rank stopped is written (:mod:`common.preemption`); code
+            :data:`common.trainer.DIVERGED_EXIT_CODE` after :class:`common.trainer.TrainingDivergedError`, its
+            message logged as one ``error:`` line.
     """
     task.check_config(cfg, args.cfg)
     check_inputs(task, cfg)
@@ -160,6 +164,8 @@ def train_net(args, cfg, task):
         model = build_model(task, cfg, device)
     train_loader = build_loader(task, cfg, "train", world_size, rank)
     val_loader = build_loader(task, cfg, "val", world_size, rank)
+    if rank == 0:
+        write_run_info(folder, task.run_info(cfg, getattr(train_loader, "dataset", None)))
 
     train_cfg = cfg.TRAIN
     optimizer = build_optimizer(cfg, model, world_size)
@@ -233,6 +239,10 @@ def train_net(args, cfg, task):
         # No rank exits before rank 0 has closed its files: a launcher that stops the job on a rank's exit
         # (torchrun, srun --kill-on-bad-exit) would kill it halfway.
         cdist.barrier()
+    except TrainingDivergedError as e:
+        if rank == 0:
+            logger.error("error: %s", e)  # on the console and in the run's log file
+        raise SystemExit(DIVERGED_EXIT_CODE) from None
     finally:
         cdist.cleanup()
     if preempted:

@@ -39,16 +39,17 @@ class Window(NamedTuple):
 
 @dataclass
 class StepRecord:
-    """The run's figures, written by :class:`common.trainer.Trainer` after each micro-batch's ``after_step``
-    hooks (so the LR is the scheduled one) and before its ``after_batch`` hooks, which read it.
+    """The run's figures, written by :class:`common.trainer.Trainer` before each micro-batch's ``after_step``
+    hooks (so ``lrs`` is the LR the step used, not the one the scheduler sets next) and read by its
+    ``after_batch`` hooks.
 
     Every micro-batch: ``samples`` and ``timings`` (of this micro-batch, this rank: seconds of
     :data:`PHASES`); the totals ``micro_batches``, ``total_samples``, ``total_timings`` and ``seconds``
     (training wall time, counted inside epochs only: validation and epoch-end saving are left out).
 
     Every optimizer step (applied or skipped): ``tried_steps`` (over the whole run, resumes included:
-    applied + skipped), ``loss`` (the accumulation group's), ``lrs`` (per param group), ``loss_scale``,
-    ``grad_norm`` (before clipping, None without clipping), ``skipped_steps`` (run-wide) and
+    applied + skipped), ``loss`` (the accumulation group's), ``lrs`` (per param group, the LR of this step),
+    ``loss_scale``, ``grad_norm`` (before clipping, None without clipping), ``skipped_steps`` (run-wide) and
     ``memory_mb`` (:func:`peak_memory_mb`).
 
     ``world_size`` turns this rank's samples into the samples of all ranks.

@@ -97,6 +97,12 @@ class Task:
         ``DATASET.DATASET`` (see :func:`common.data.build.register_dataset`)."""
         return build_dataset(cfg, mode)
 
+    def train_batch_multiple(self, cfg):
+        """``(m, reason)``: every training batch must hold a multiple of ``m`` samples (the model needs it,
+        ``reason`` says why, naming the keys); the last batch of an epoch that does not is dropped, with one
+        log line (:func:`common.data.build.make_dataloader`). Default ``(1, '')``: every batch is trained."""
+        return 1, ""
+
     def build_model(self, cfg):
         """The model ``cfg.MODULE`` names: ``outputs, loss = model(*batch)`` in train mode,
         ``outputs = model(*batch)`` in eval mode (batch in ``dataset.data_names`` order).
@@ -158,6 +164,23 @@ class Task:
             NotImplementedError: the task has no result writer.
         """
         raise NotImplementedError("task '{}' has no result writer".format(self.name))
+
+    def run_info(self, cfg, dataset):
+        """What a predictor of this run needs besides the config and the weights, from the training data set
+        ``dataset`` (class names, an answer vocabulary): a JSON-able dict, written by training as
+        ``predictor.json`` in the run folder (:func:`common.predict.write_run_info`). Default: ``{}``."""
+        return {}
+
+    def predictor(self, cfg, ckpt, ckpt_path, device, feature_weights=None, box_source=None):
+        """The task's :class:`common.predict.TaskPredictor` (``<task>/predict.py``) for the checkpoint dict ``ckpt``
+        read from the file ``ckpt_path`` (its run folder holds the :meth:`run_info`); see
+        :meth:`common.predict.Predictor.from_checkpoint` for the other arguments.
+
+        Raises:
+            common.errors.UserInputError: the task has no predictor, or the run's files do not suit the config.
+        """
+        from common.errors import UserInputError
+        raise UserInputError("task '{}' has no predictor".format(self.name))
 
 
 TASKS = Registry("task", key="task", hint=" (import the task's package, e.g. vcr.task, to register it)")

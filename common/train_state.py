@@ -8,6 +8,7 @@ Keys (all counts start at 0):
 * ``skipped_steps``: optimizer steps skipped for inf/nan gradients;
 * ``consecutive_skips``: skipped steps since the last applied one (divergence guard);
 * ``last_finite_loss``: the last finite accumulation-group loss (nan before the first);
+* ``last_finite_step``: the tried optimizer step (applied + skipped, from 1) of that loss (0 before the first);
 * ``epoch_units``: units of the epoch's global order trained so far
   (:meth:`common.data.samplers.ResumableBatchSampler.consumed`, the same on every rank; 0 when the
   loader does not count them, e.g. the multi-task loader);
@@ -19,9 +20,9 @@ ranks; a state without the last two keys (older checkpoints) resumes by ``epoch_
 import math
 
 DEFAULTS = {"epoch": 0, "epoch_batch": 0, "global_step": 0, "skipped_steps": 0, "consecutive_skips": 0,
-            "last_finite_loss": math.nan, "epoch_units": 0, "world_size": 0}
+            "last_finite_loss": math.nan, "last_finite_step": 0, "epoch_units": 0, "world_size": 0}
 # Keys that checkpoints written before them lack: their default (0 = unknown) stands in.
-ADDED_LATER = ("epoch_units", "world_size")
+ADDED_LATER = ("last_finite_step", "epoch_units", "world_size")
 
 
 def new_train_state(**values) -> dict:

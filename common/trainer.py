@@ -7,9 +7,10 @@ One optimizer step, as :class:`Trainer` does it (``k = grad_accumulate_steps``):
         scaler.backward(loss.mean() / group_size)  # DDP: no_sync() on all but the last one
         metrics.update(outputs)
     last micro-batch: scaler.step(optimizer, clip_grad_norm)   # unscale once, clip, step or skip
-                      optimizer.zero_grad(); hooks.after_step (LR schedule)
-    every micro-batch: record the figures (common.events.StepRecord); hooks.after_batch (TensorBoard,
-                       speedometer line, mid-epoch checkpoint) read them
+                      optimizer.zero_grad()
+    every micro-batch: record the figures (common.events.StepRecord; at a step end with the LR that step used)
+                       last micro-batch: hooks.after_step (LR schedule, EMA)
+                       hooks.after_batch (TensorBoard, speedometer line, mid-epoch checkpoint) read the record
     epoch end:        hooks.after_epoch (validation, plateau LR, checkpoint)
 
 Groups start at batch 0 of every epoch and never span two epochs; the last group of an epoch
@@ -55,8 +56,15 @@ from common.train_state import check_train_state, new_train_state, tried_steps
 DEFAULT_MAX_CONSECUTIVE_SKIPS = 100
 
 
+# Exit code of a run stopped by TrainingDivergedError (0: done, 1: a crash, 2: bad input, 75: preempted).
+DIVERGED_EXIT_CODE = 3
+
+
 class TrainingDivergedError(RuntimeError):
-    """Too many optimizer steps in a row were skipped for non-finite gradients."""
+    """Too many optimizer steps in a row were skipped for non-finite gradients (``TRAIN.MAX_CONSECUTIVE_SKIPS``);
+    the message says how many, the last finite loss and its step, the loss scale and what to try. The entry
+    points end with its one ``error:`` line and :data:`DIVERGED_EXIT_CODE`; the checkpoints already written
+    stay as they are (nothing is saved after the first skipped step of the run of skips)."""
 
 
 class WorldSizeChangeError(UserInputError):
@@ -241,14 +249,13 @@ class Trainer:
             if consumed is not None:
                 state["epoch_units"] = consumed(micro_batch + 1)
             bar.update(1)
-            if step_ended:
-                self._call("after_step")
-            # Written after the LR hook's after_step: the recorded LR is the one the next step uses.
+            # Written before the LR hook's after_step steps the scheduler: the recorded LR is the one this step used.
             ctx.record.write_micro_batch(count(batch), (t0 - end, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4),
                                          t5 - clock)
             clock = t5
             if step_ended:
                 ctx.record.write_step(step_loss, ctx.optimizer, ctx.scaler, grad_norm, state, self.device)
+                self._call("after_step")
             self._call("after_batch")
             end = time.perf_counter()
         bar.close()
@@ -262,20 +269,29 @@ class Trainer:
         result = ctx.scaler.step(ctx.optimizer, self.clip_grad_norm, self.params)
         ctx.step_applied = result.applied
         loss = self.group_loss.item()
-        if math.isfinite(loss):
-            state["last_finite_loss"] = loss
         if result.applied:
             state["global_step"] += 1
             state["consecutive_skips"] = 0
         else:
             state["skipped_steps"] += 1
             state["consecutive_skips"] += 1
-            if state["consecutive_skips"] >= self.max_consecutive_skips:
-                raise TrainingDivergedError(
-                    "training diverged: {} optimizer steps in a row had inf/nan gradients (epoch {}, batch {}, "
-                    "applied optimizer steps {}, loss scale {:g}, last finite loss {:.6g}); lower TRAIN.LR, "
-                    "check the data or raise TRAIN.MAX_CONSECUTIVE_SKIPS".format(
-                        state["consecutive_skips"], ctx.epoch, ctx.micro_batch, state["global_step"],
-                        ctx.scaler.scale, state["last_finite_loss"]))
+        if math.isfinite(loss):
+            state["last_finite_loss"], state["last_finite_step"] = loss, tried_steps(state)
+        if state["consecutive_skips"] >= self.max_consecutive_skips:
+            raise TrainingDivergedError(self._divergence_message())
         ctx.optimizer.zero_grad(set_to_none=True)
         return loss, result.grad_norm
+
+    def _divergence_message(self):
+        ctx, state = self.ctx, self.ctx.state
+        if state["last_finite_step"]:
+            last = "the last finite loss was {:.6g}, at optimizer step {}".format(
+                state["last_finite_loss"], state["last_finite_step"])
+        else:
+            last = "no step of this run had a finite loss"
+        return ("training diverged: {} optimizer steps in a row were skipped for inf/nan gradients (epoch {}, batch {}; "
+                "step {}, {} applied); {}; loss scale {:g}. The checkpoints written so far are intact. Try a lower "
+                "TRAIN.LR, TRAIN.FP16_DTYPE bfloat16 (fp32's range) or TRAIN.CLIP_GRAD_NORM (e.g. 1.0), and check the "
+                "data; TRAIN.MAX_CONSECUTIVE_SKIPS ({}) sets how many skips in a row stop a run".format(
+                    state["consecutive_skips"], ctx.epoch, ctx.micro_batch, tried_steps(state), state["global_step"],
+                    last, ctx.scaler.scale, self.max_consecutive_skips))

@@ -48,6 +48,18 @@ class PretrainTask(VLBertTask):
             metrics.add(metric)
         return metrics
 
+    def predictor(self, cfg, ckpt, ckpt_path, device, feature_weights=None, box_source=None):
+        """:class:`pretrain.predict.PretrainPredictor` (fills in the ``[MASK]`` words of a caption).
+
+        Raises:
+            common.errors.UserInputError: NETWORK.WITH_MLM_LOSS is off (the model has no MLM head to read).
+        """
+        if not cfg.NETWORK.WITH_MLM_LOSS:
+            from common.errors import UserInputError
+            raise UserInputError("NETWORK.WITH_MLM_LOSS is false: the model predicts no masked word")
+        from pretrain.predict import PretrainPredictor
+        return PretrainPredictor(self, cfg, ckpt_path, device, feature_weights, box_source)
+
     check_config = staticmethod(check_config)
     value_rules = VALUE_RULES
 

@@ -36,6 +36,11 @@ class RefCOCOTask(VLBertTask):
     check_config = staticmethod(check_config)
     value_rules = VALUE_RULES
 
+    def predictor(self, cfg, ckpt, ckpt_path, device, feature_weights=None, box_source=None):
+        """:class:`refcoco.predict.RefCOCOPredictor` (candidates from the input, else from ``box_source``)."""
+        from refcoco.predict import RefCOCOPredictor
+        return RefCOCOPredictor(cfg, device, box_source)
+
     def test_evaluator(self, cfg, dataset, save_path, save_name):
         """Writes ``{save_path}/{save_name}_refcoco+_{TEST_IMAGE_SET}.json`` (the reference's name and rows, see
         :func:`refcoco.function.test.write_result_json`) and prints the accuracy per split (test labels are public)."""

@@ -59,19 +59,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from common.cli import run_main  # noqa: E402
-from common.data.box_sources import (CONF_THRESH, MAX_BOXES, MIN_BOXES, NMS_IOU, DetectorBoxes,  # noqa: E402
+from common.data.box_sources import (CONF_THRESH, DEFAULT_DETECTOR, MAX_BOXES, MIN_BOXES, NMS_IOU, DetectorBoxes,  # noqa: E402
                                      grid_boxes, parse_grid, read_box_list)
 from common.data.loading import load_image, load_json  # noqa: E402
 from common.data.region_features import (RegionFeatures, feature_json_path, image_id_from_name,  # noqa: E402
                                          write_feature_json, write_tsv)
 from common.data.skips import SkipCounter, read_or_skip  # noqa: E402
-from common.data.transforms import build_transforms  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
-from common.modeling.image_encoder import build_image_encoder, switch_encoder_opts  # noqa: E402
+from common.modeling.image_encoder import switch_encoder_opts  # noqa: E402
+from common.modeling.region_extractor import EXTRACTOR_OPTS, build_region_extractor, extract_regions  # noqa: E402
 from vqa.task import TASK  # noqa: E402
 
 DEFAULT_CFG = os.path.join(ROOT, "cfgs", "vqa", "base_4x16G_fp32.yaml")
-DEFAULT_DETECTOR = "fasterrcnn_resnet50_fpn_v2"
+
 # Pretraining's default DATASET.MAX_SKIPPED_SHARE.
 MAX_SKIPPED_SHARE = 0.01
 
@@ -176,51 +176,12 @@ def box_source(args):
 
 def build_extractor(args):
     """``(image encoder in eval mode on args.device, test transform)`` from the config (``NETWORK.IMAGE_ENCODER``,
-    ``common.modeling.image_encoder``) and weights."""
+    ``common.modeling.image_encoder``) and weights (:func:`common.modeling.region_extractor.build_region_extractor`)."""
     opts = switch_encoder_opts(TASK.defaults(), args.encoder) if args.encoder else []
-    opts += list(args.opts) + ["NETWORK.IMAGE_FEAT_PRECOMPUTED", "false", "NETWORK.IMAGE_SEMANTIC", "false"]
+    opts += list(args.opts) + list(EXTRACTOR_OPTS)
     if args.weights:
         opts += ["NETWORK.IMAGE_PRETRAINED", ""]
-    cfg = TASK.load_config(args.cfg, opts)
-    model = build_image_encoder(cfg)
-    if args.weights:
-        if not os.path.isfile(args.weights):
-            raise FileNotFoundError("--weights: '{}' does not exist".format(args.weights))
-        model.pretrained_path = args.weights
-    try:
-        model.init_weight()
-    except UserInputError:
-        raise
-    except (ValueError, RuntimeError) as e:  # a file of another network or another ResNet depth
-        raise UserInputError("image encoder weights '{}': {}".format(model.pretrained_path, e)) from None
-    return model.eval().to(args.device), build_transforms(cfg, "test")
-
-
-@torch.no_grad()
-def extract(model, transform, images, boxes, device):
-    """Features of each image's boxes and of the whole image, for images of one size (one forward).
-
-    Args:
-        images: ``PIL.Image`` list, all of the same size (so their tensors stack without padding,
-            which would change the features at the borders).
-        boxes: float32 ``[N_i, 4]`` tensor per image, pixels of that image.
-    Returns:
-        list of (float32 ``[N_i, C]``, float32 ``[C]``) numpy array pairs, C = the encoder's ``feat_dim``.
-    """
-    samples = []
-    for image, b in zip(images, boxes):
-        w, h = image.size
-        all_boxes = torch.cat((torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0]]), b))
-        samples.append(transform({"image": image, "boxes": all_boxes, "im_info": torch.tensor([w, h, 1.0, 1.0, 0.0])}))
-    most = max(len(s["boxes"]) for s in samples)
-    padded = torch.zeros(len(samples), most, 4)
-    mask = torch.zeros(len(samples), most, dtype=torch.bool)
-    for i, s in enumerate(samples):
-        padded[i, :len(s["boxes"])] = s["boxes"]
-        mask[i, :len(s["boxes"])] = True
-    feats = model(torch.stack([s["image"] for s in samples]).to(device), padded.to(device), mask.to(device),
-                  torch.stack([s["im_info"] for s in samples]).to(device))["obj_reps_raw"].float().cpu().numpy()
-    return [(f[1:len(s["boxes"])], f[0]) for f, s in zip(feats, samples)]
+    return build_region_extractor(TASK.load_config(args.cfg, opts), args.weights, args.device)
 
 
 def same_size_batches(pairs, batch_size):
@@ -298,7 +259,7 @@ def main(argv=None):
 
     def regions():
         for group, images in same_size_batches(readable(), args.batch_size):
-            outputs = extract(model, transform, images, [e["boxes"] for e in group], args.device)
+            outputs = extract_regions(model, transform, images, [e["boxes"] for e in group], args.device)
             for e, image, (features, image_box_feature) in zip(group, images, outputs):
                 written[e["image"]] = e["image_id"]
                 yield RegionFeatures(image_id=e["image_id"], image_w=image.size[0], image_h=image.size[1],

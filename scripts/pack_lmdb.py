@@ -55,10 +55,11 @@ def parse_args(argv=None):
 
 
 class Entry:
-    """One file to pack: its key (str) and how to read its bytes (a file path, or an archive and member)."""
+    """One file to pack: its key (str), how to read its bytes (a file path, or an archive and member) and its
+    size in bytes (uncompressed)."""
 
-    def __init__(self, key, path, member=None):
-        self.key, self.path, self.member = key, path, member
+    def __init__(self, key, path, size, member=None):
+        self.key, self.path, self.size, self.member = key, path, size, member
 
     def where(self):
         return "{}@/{}".format(self.path, self.member) if self.member else self.path
@@ -97,7 +98,7 @@ def collect(sources, root, extensions):
                         skipped.append((path, "not an image or JSON file (--ext)"))
                     else:
                         key = os.path.relpath(os.path.abspath(path), base).replace(os.sep, "/")
-                        entries.append(Entry(key, path))
+                        entries.append(Entry(key, path, os.path.getsize(path)))
         elif os.path.isfile(source) and zipfile.is_zipfile(source):
             with zipfile.ZipFile(source) as z:
                 for info in z.infolist():
@@ -106,7 +107,7 @@ def collect(sources, root, extensions):
                     if not info.filename.lower().endswith(extensions):
                         skipped.append(("{}@/{}".format(source, info.filename), "not an image or JSON file (--ext)"))
                     else:
-                        entries.append(Entry(info.filename, source, info.filename))
+                        entries.append(Entry(info.filename, source, info.file_size, info.filename))
         elif os.path.exists(source):
             raise UserInputError("source '{}' is neither a folder nor a zip archive".format(source))
         else:
@@ -138,32 +139,47 @@ def open_store(out, map_size):
         raise UserInputError("cannot open LMDB store '{}' for writing: {}".format(out, e)) from None
 
 
-def _write_batch(env, files, meta, batch, archives):
-    """Put the entries of ``batch`` not yet in the store, in one transaction.
+def _with_room(env, write):
+    """``write(txn)`` in one write transaction, the map doubled and the transaction run again while it is full
+    (an aborted transaction writes nothing); returns what ``write`` returns."""
+    while True:
+        try:
+            with env.begin(write=True) as txn:
+                return write(txn)
+        except lmdb.MapFullError:
+            env.set_mapsize(2 * env.info()["map_size"])
+
+
+def _put_batch(txn, files, meta, batch, archives):
+    """Put the entries of ``batch`` not yet in the store, in the write transaction ``txn``.
 
     Returns:
         ``(added, present, bytes added, skipped)``: skipped is a list of ``(path, reason)`` (unreadable files).
-    Raises:
-        lmdb.MapFullError: the map is full (the transaction is aborted; nothing of the batch is written).
     """
     added = present = nbytes = 0
     skipped = []
-    with env.begin(write=True) as txn:
-        for entry in batch:
-            key = entry.key.encode("utf-8")
-            if txn.get(key, db=files) is not None:
-                present += 1
-                continue
-            try:
-                data = entry.read(archives)
-            except (OSError, zipfile.BadZipFile) as e:
-                skipped.append((entry.where(), "unreadable: {}".format(e)))
-                continue
-            txn.put(key, data, db=files)
-            added, nbytes = added + 1, nbytes + len(data)
-        total = int(txn.get(BYTES_KEY, b"0", db=meta)) + nbytes
-        txn.put(BYTES_KEY, str(total).encode(), db=meta)
+    for entry in batch:
+        key = entry.key.encode("utf-8")
+        if txn.get(key, db=files) is not None:
+            present += 1
+            continue
+        try:
+            data = entry.read(archives)
+        except (OSError, zipfile.BadZipFile) as e:
+            skipped.append((entry.where(), "unreadable: {}".format(e)))
+            continue
+        txn.put(key, data, db=files)
+        added, nbytes = added + 1, nbytes + len(data)
+    total = int(txn.get(BYTES_KEY, b"0", db=meta)) + nbytes
+    txn.put(BYTES_KEY, str(total).encode(), db=meta)
     return added, present, nbytes, skipped
+
+
+def _mark_complete(txn, files, meta):
+    """Write the completion marker; returns ``(items, bytes)`` of the store."""
+    items, total = txn.stat(files)["entries"], int(txn.get(BYTES_KEY, b"0", db=meta))
+    txn.put(COMPLETE_KEY, json.dumps({"items": items, "bytes": total}).encode(), db=meta)
+    return items, total
 
 
 def pack(out, sources, root=None, extensions=DEFAULT_EXTENSIONS, commit_every=1000, progress=True):
@@ -179,10 +195,11 @@ def pack(out, sources, root=None, extensions=DEFAULT_EXTENSIONS, commit_every=10
     if commit_every < 1:
         raise UserInputError("--commit-every must be >= 1, got {}".format(commit_every))
     entries, skipped = collect(sources, root, extensions)
-    sizes = [os.path.getsize(e.path) if e.member is None else 0 for e in entries]
-    # Start with room for the files twice over (page rounding, tree pages); grown on MapFullError.
-    map_size = max(64 << 20, 2 * sum(sizes) + (os.path.getsize(os.path.join(out, "data.mdb"))
-                                               if os.path.isfile(os.path.join(out, "data.mdb")) else 0))
+    sizes = [e.size for e in entries]
+    # Room for the store as it is plus the files twice over (page rounding, tree pages) and the copy-on-write
+    # pages of a transaction; grown on MapFullError (_with_room).
+    stored = os.path.join(out, "data.mdb")
+    map_size = max(64 << 20, 2 * sum(sizes) + (os.path.getsize(stored) if os.path.isfile(stored) else 0) + (16 << 20))
     env, files, meta = open_store(out, map_size)
     archives = {}
     try:
@@ -190,8 +207,7 @@ def pack(out, sources, root=None, extensions=DEFAULT_EXTENSIONS, commit_every=10
         if too_long:
             raise UserInputError("key '{}' is longer than LMDB's {} bytes; pack from a --root closer to the "
                                  "files".format(too_long[0].key, env.max_key_size()))
-        with env.begin(write=True) as txn:  # incomplete until this run has gone through every file
-            txn.delete(COMPLETE_KEY, db=meta)
+        _with_room(env, lambda txn: txn.delete(COMPLETE_KEY, db=meta))  # incomplete until this run has read every file
         added = present = nbytes = 0
         bar = tqdm(total=len(entries), unit="file", desc="pack " + os.path.basename(out.rstrip("/")),
                    disable=not progress)
@@ -201,20 +217,13 @@ def pack(out, sources, root=None, extensions=DEFAULT_EXTENSIONS, commit_every=10
             while stop < len(entries) and stop - start < commit_every and batch_bytes < MAX_TXN_BYTES:
                 batch_bytes += sizes[stop]
                 stop += 1
-            try:
-                counts = _write_batch(env, files, meta, entries[start:stop], archives)
-            except lmdb.MapFullError:
-                env.set_mapsize(2 * env.info()["map_size"])
-                continue
+            counts = _with_room(env, lambda txn: _put_batch(txn, files, meta, entries[start:stop], archives))
             added, present, nbytes = added + counts[0], present + counts[1], nbytes + counts[2]
             skipped += counts[3]
             bar.update(stop - start)
             start = stop
         bar.close()
-        with env.begin(write=True) as txn:
-            items = txn.stat(files)["entries"]
-            total = int(txn.get(BYTES_KEY, b"0", db=meta))
-            txn.put(COMPLETE_KEY, json.dumps({"items": items, "bytes": total}).encode(), db=meta)
+        items, total = _with_room(env, lambda txn: _mark_complete(txn, files, meta))
         env.sync()
     finally:
         env.close()
@@ -229,6 +238,8 @@ def print_summary(out, summary, listed=20):
     print("{}: {} items, {:.1f} MB; this run added {} files ({:.1f} MB), {} were already there, {} skipped".format(
         out, summary["items"], summary["bytes"] / 1e6, summary["added"], summary["bytes_added"] / 1e6,
         summary["present"], len(summary["skipped"])))
+    if summary["added"] == 0 and summary["present"]:
+        print("  nothing to add: every file is already in the store")
     reasons = Counter(reason.split(":")[0] for _, reason in summary["skipped"])
     for reason, count in sorted(reasons.items()):
         print("  skipped {}: {}".format(count, reason))

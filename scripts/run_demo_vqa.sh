@@ -43,6 +43,11 @@ fi
 ./scripts/dist_run_single.sh "$NPROC" vqa/train_end2end.py "$CFG" "$MODEL_DIR" "$@"
 
 OUT="$MODEL_DIR/output/vl-bert/vqa/demo_cpu/train2014_train"
+# What made the features, for scripts/predict.py on a photo (common/predict.py reads it next to the checkpoint).
+cat > "$OUT/feature_extractor.json" <<JSON
+{"cfg": "$CFG", "weights": "$DATA/resnet50-random-0000.model",
+ "box_source": {"kind": "file", "box_files": ["$DATA/boxes_trainval.json", "$DATA/boxes_test2015.json"]}}
+JSON
 CKPT="$OUT/vl-bert_demo_vqa-best.model"
 "$PY" vqa/val.py --cfg "$CFG" --ckpt "$CKPT" --result-path "$OUT/val_result" --result-name demo
 "$PY" vqa/test.py --cfg "$CFG" --ckpt "$CKPT" --result-path "$OUT/test_result" --result-name demo
@@ -54,4 +59,6 @@ VQA demo done.
   val answers:  $OUT/val_result/demo_vqa2_val2014.json
   test JSON:    $OUT/test_result/demo_vqa2_test2015.json (the EvalAI format)
   log + config: $OUT/*.log, $OUT/config.yaml
+  one photo:    .venv/bin/python scripts/predict.py --cfg $CFG --ckpt $CKPT --image $DATA/test2015/<image> \\
+                    --question "what color is the leftmost shape ?"   (docs/predict.md)
 MSG

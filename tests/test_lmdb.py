@@ -163,6 +163,27 @@ def test_command_line_prints_progress_and_summary(tmp_path):
     assert bad.returncode != 0 and "error: source '{}' does not exist".format(tmp_path / "nowhere") in bad.stderr
 
 
+def test_repacking_a_big_zip_adds_nothing_and_says_so(tmp_path):
+    """40 zip members of 2 MB (80 MB, above the first map size of 64 MB) packed twice through the command line:
+    the second run adds nothing, says so, and the store is complete with the same bytes."""
+    rng = np.random.default_rng(0)
+    members = {"big/{:02d}.jpg".format(i): rng.bytes(2 << 20) for i in range(40)}
+    with zipfile.ZipFile(str(tmp_path / "big.zip"), "w", zipfile.ZIP_STORED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    out = str(tmp_path / "s.lmdb")
+    runs = [subprocess.run([sys.executable, SCRIPT, out, str(tmp_path / "big.zip")], capture_output=True, text=True,
+                           timeout=300) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    assert "s.lmdb: 40 items, 83.9 MB; this run added 40 files (83.9 MB), 0 were already there" in runs[0].stdout
+    assert runs[1].stdout.splitlines()[:2] == [
+        "{}: 40 items, 83.9 MB; this run added 0 files (0.0 MB), 40 were already there, 0 skipped".format(out),
+        "  nothing to add: every file is already in the store"]
+    assert read_bytes(out + "@/big/07.jpg") == members["big/07.jpg"]
+    LmdbReader.close_all()
+
+
 # ------------------------------------------------------------------------------------------------ #
 # One environment per worker process
 # ------------------------------------------------------------------------------------------------ #

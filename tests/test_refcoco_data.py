@@ -127,6 +127,22 @@ def test_image_size_must_match_instances(root):
         dataset(root)[0]
 
 
+def test_exif_rotated_image_is_read_in_the_orientation_of_instances(root):
+    """Stored 40x30 as instances.json says, with EXIF orientation 6 (30x40 upright): read as stored, one warning."""
+    from common.data.loading import ImageOrientationWarning
+
+    path = os.path.join(root, "train2014", "COCO_train2014_000000000001.jpg")
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.open(path).save(path, exif=exif)
+    ds = dataset(root)
+    with pytest.warns(ImageOrientationWarning, match=r"000000000001\.jpg has EXIF orientation 6: 30x40 pixels "
+                                                     r"upright, 40x30 as stored, the size in .*instances\.json "
+                                                     r"\(image_id 1\); it is used as stored"):
+        image = ds[0][0]
+    assert image.size == (40, 30)
+
+
 def config(root, *opts):
     return REFCOCO_TASK.load_config(CFG, ["DATASET.DATASET_PATH", root, "NETWORK.BERT_MODEL_NAME", os.path.join(root, "bert"),
                              "NUM_WORKERS_PER_GPU", 0, "SCALES", [60, 100]] + list(opts))

@@ -233,3 +233,21 @@ def test_a_datasets_epoch_order_replaces_randperm_and_resumes_by_units():
     single.set_epoch(2)
     single.resume(ranks[0].consumed(1), 0)  # one batch of each rank done, resumed on one process
     assert [i for b in single for i in b] == order[4:]
+
+
+@pytest.mark.parametrize("size, world, kept", [(45, 1, 5), (44, 1, 6), (45, 2, 2), (10, 3, 1)])
+def test_batch_multiple_drops_only_an_odd_last_batch_and_resumes_in_step(size, world, kept):
+    """Batches of 8 that must be even (Mixup): 45 -> 5 batches (the last, of 5, dropped), 44 -> 6 (the last 4
+    kept), 2 ranks of 23 -> 2 each (7 dropped), 3 ranks of 4 -> 1 each; len() = the batches iterated, before
+    and after a resume."""
+    for rank in range(world):
+        batches = make_batch_sampler(_Data(size), 8, True, world_size=world, rank=rank, seed=3, batch_multiple=2)
+        batches.set_epoch(1)
+        full = list(batches)
+        assert len(full) == len(batches) and all(len(b) % 2 == 0 for b in full)
+        per_rank = -(-size // world)
+        assert sum(map(len, full)) == per_rank - batches.batch_sampler.tail()
+        batches.set_epoch(1)
+        batches.skip(1)
+        assert len(batches) == len(full) and list(batches) == full[1:]
+    assert len(full) == kept

@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from common.data import transforms as T
-from common.data.loading import ImageSizeWarning
+from common.data.loading import ImageOrientationWarning, ImageSizeWarning
 from common.data.tokenizer import build_tokenizer
 from common.data.zipreader import ZipReader
 from vcr.data.vcr import VCRDataError, VCRDataset, align_matrix, keep_only_relevant, polygon_mask
@@ -317,24 +317,41 @@ def rotate_by_exif(root):
     Image.open(path).save(path, exif=exif)
 
 
-def test_exif_rotated_image_with_boxes_beyond_it_is_an_error(tmp_path):
+def test_exif_rotated_image_with_metadata_of_its_stored_pixels_is_used_as_stored(tmp_path):
+    """Metadata 80x40 (the stored pixels), EXIF orientation 6 (40x80 upright): the stored orientation, one warning."""
     root = write_vcr(str(tmp_path))
+    rotate_by_exif(root)
+    ds = make_dataset(root)
+    with pytest.warns(ImageOrientationWarning) as warned:
+        item = dict(zip(ds.data_names, ds[0]))
+        again = dict(zip(ds.data_names, ds[0]))
+    assert len(warned) == 1
+    assert re.search(r"m/a\.jpg has EXIF orientation 6: 40x80 pixels upright, 80x40 as stored, the size in "
+                     r".*m/a\.json \(for .*val\.jsonl line 1\); it is used as stored", str(warned[0].message))
+    assert item["im_info"][:2].tolist() == again["im_info"][:2].tolist() == [80, 40]
+    assert item["boxes"][1:, :4].tolist() == [b[:4] for b in META["boxes"]]
+
+
+def test_image_of_neither_orientation_with_boxes_beyond_it_is_an_error(tmp_path):
+    """Metadata 100x50: neither 80x40 (stored) nor 40x80 (upright); a box reaches beyond the image."""
+    root = write_vcr(str(tmp_path), meta=dict(META, width=100, height=50,
+                                              boxes=META["boxes"][:3] + [[0, 30, 99, 39, 0.6]]))
     rotate_by_exif(root)
     with pytest.raises(VCRDataError) as info:
         make_dataset(root)[0]
     msg = str(info.value)
-    assert re.search(r"m/a\.jpg is 40x80 pixels as decoded \(EXIF orientation applied\) but 80x40 in .*m/a\.json "
+    assert re.search(r"m/a\.jpg is 40x80 pixels as decoded \(in either orientation\) but 100x50 in .*m/a\.json "
                      r"\(for .*val\.jsonl line 1\), and the box \[40\.0, 10\.0, 59\.0, 39\.0\] reaches beyond "
                      r"the decoded image", msg), msg
 
 
-def test_exif_rotated_image_with_boxes_inside_it_warns(tmp_path):
+def test_image_of_neither_orientation_with_boxes_inside_it_warns(tmp_path):
     boxes = [[10, 5, 29, 24, 0.9], [0, 40, 39, 79, 0.8], [5, 5, 6, 6, 0.7], [0, 0, 40, 80, 0.6]]
-    root = write_vcr(str(tmp_path), meta=dict(META, boxes=boxes))
+    root = write_vcr(str(tmp_path), meta=dict(META, boxes=boxes, width=100, height=50))
     rotate_by_exif(root)
     ds = make_dataset(root)
-    with pytest.warns(ImageSizeWarning, match=r"m/a\.jpg is 40x80 pixels as decoded .* but 80x40 in .*a\.json .*; its boxes fit the "
-                                              r"decoded image and are used as they are"):
+    with pytest.warns(ImageSizeWarning, match=r"m/a\.jpg is 40x80 pixels as decoded .* but 100x50 in .*a\.json .*; its "
+                                              r"boxes fit the decoded image and are used as they are"):
         item = dict(zip(ds.data_names, ds[0]))
     assert item["im_info"][:2].tolist() == [40, 80]
     assert item["boxes"][1:, :4].tolist() == [b[:4] for b in boxes[:3]] + [[0, 0, 39, 79]]

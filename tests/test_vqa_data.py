@@ -221,14 +221,18 @@ def test_padded_boxes_are_outside_the_model_box_mask(tmp_path):
     assert (boxes[2, 3] == -2).all()
 
 
-def test_end_to_end_image_rotated_by_exif_away_from_its_boxes_is_an_error(tmp_path):
+def test_end_to_end_image_rotated_by_exif_is_read_in_the_orientation_of_its_regions(tmp_path):
+    """Stored 24 x 36 with EXIF orientation 6 (36 x 24 upright); the regions were made on the stored pixels."""
+    from common.data.loading import ImageOrientationWarning
+
     coco = write_data(tmp_path)
     path = str(coco / "val2014" / "COCO_val2014_000000000042.jpg")
     exif = Image.Exif()
-    exif[0x0112] = 6  # stored 24 x 36, decoded 36 wide x 24 high
+    exif[0x0112] = 6
     Image.open(path).save(path, exif=exif)
     ds = make(tmp_path, "val2014", with_precomputed_visual_feat=False)
-    with pytest.raises(VQADataError, match=r"COCO_val2014_000000000042\.jpg is 36x24 pixels as decoded \(EXIF orientation "
-                                           r"applied\) but 24x36 in the regions of question_id 421 \(image_id 42\), and "
-                                           r"the box \[5\.0, 5\.0, 34\.0, 35\.0\] reaches beyond the decoded image"):
-        ds[0]
+    with pytest.warns(ImageOrientationWarning, match=r"COCO_val2014_000000000042\.jpg has EXIF orientation 6: 36x24 "
+                                                     r"pixels upright, 24x36 as stored, the size in the regions of "
+                                                     r"question_id 421 \(image_id 42\); it is used as stored"):
+        item = ds[0]
+    assert item[2][:2].tolist() == [24, 36]

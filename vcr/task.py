@@ -40,6 +40,11 @@ class VCRTask(VLBertTask):
         return functools.partial(pretrain_renames, segmb_init=cfg.NETWORK.PARTIAL_PRETRAIN_SEGMB_INIT,
                                  load_rel_head=cfg.NETWORK.LOAD_REL_HEAD)
 
+    def predictor(self, cfg, ckpt, ckpt_path, device, feature_weights=None, box_source=None):
+        """:class:`vcr.predict.VCRPredictor` (boxes from the input, else from ``box_source``)."""
+        from vcr.predict import VCRPredictor
+        return VCRPredictor(cfg, device, box_source)
+
     def test_evaluator(self, cfg, dataset, save_path, save_name):
         """Writes ``{save_path}/{save_name}_test_result_{TASK}.csv`` (the leaderboard format).
 

@@ -86,6 +86,15 @@ class VQATask(VLBertTask):
         if cfg.NETWORK.CLASSIFIER_PRETRAINED:
             init_classifier_from_answers(model, cfg)
 
+    def run_info(self, cfg, dataset):
+        """The answer vocabulary (``answers``), which a predictor checks against the config's file."""
+        return {"answers": list(dataset.answer_vocab.answers)} if dataset is not None else {}
+
+    def predictor(self, cfg, ckpt, ckpt_path, device, feature_weights=None, box_source=None):
+        """:class:`vqa.predict.VQAPredictor`."""
+        from vqa.predict import VQAPredictor
+        return VQAPredictor(self, cfg, ckpt, ckpt_path, device, feature_weights, box_source)
+
     def test_evaluator(self, cfg, dataset, save_path, save_name):
         """Writes ``{save_path}/{save_name}_vqa2_{TEST_IMAGE_SET}.json``: ``[{"question_id": int, "answer": str}]``
         with every question of the split once, gathered over the ranks (written by rank 0)."""

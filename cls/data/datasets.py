@@ -40,8 +40,19 @@ class ClassificationDataset(torch.utils.data.Dataset):
     @classmethod
     def from_config(cls, cfg, mode, transform=None):
         """The split ``{MODE}_IMAGE_SET`` of ``DATASET.DATASET_PATH`` in the storage of ``DATASET.LMDB_MODE``
-        (``transform`` of the shared builder is not used: the augmentation is the cls keys')."""
-        return cls(cfg.DATASET.DATASET_PATH, _image_set(cfg, mode), build_augment(cfg, mode), storage_of(cfg.DATASET))
+        (``transform`` of the shared builder is not used: the augmentation is the cls keys').
+
+        Raises:
+            UserInputError: a label is not below ``NETWORK.NUM_CLASSES`` (the loss would fail mid-run).
+        """
+        dataset = cls(cfg.DATASET.DATASET_PATH, _image_set(cfg, mode), build_augment(cfg, mode),
+                      storage_of(cfg.DATASET))
+        top = int(dataset.labels.max()) if len(dataset.labels) else -1
+        if top >= cfg.NETWORK.NUM_CLASSES:
+            raise UserInputError("NETWORK.NUM_CLASSES: expected more than the largest label {} of '{}' split '{}' "
+                                 "({} classes), got {}".format(top, cfg.DATASET.DATASET_PATH, _image_set(cfg, mode),
+                                                               len(dataset.classes), cfg.NETWORK.NUM_CLASSES))
+        return dataset
 
     def __len__(self):
         return len(self.labels)

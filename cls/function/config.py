@@ -38,7 +38,8 @@ def cls_defaults():
     _C.TRAIN.TRIVIAL_AUGMENT = False
     # timm RandomErasing probability at the first and at the last epoch (linear in between); (0, 0) = off.
     _C.TRAIN.RANDOM_ERASING_PROB = (0.0, 0.0)
-    # timm Mixup / CutMix alphas; 0 = off (both 0: no Mixup). The batch size must be even.
+    # timm Mixup / CutMix alphas; 0 = off (both 0: no Mixup). TRAIN.BATCH_IMAGES must then be even; an odd
+    # last batch of an epoch is dropped.
     _C.TRAIN.MIXUP_ALPHA = 0.0
     _C.TRAIN.CUTMIX_ALPHA = 0.0
     _C.TRAIN.LOSS_LOGGERS = [('cls_loss', 'ClsLoss')]
@@ -51,8 +52,23 @@ def cls_defaults():
 _PAIR = Rule(lambda v, get: len(v) == 2 and 0 <= v[0] <= v[1] <= 1, lambda get: "[low, high] with 0 <= low <= high <= 1")
 _EMPTY_OR_PAIR = Rule(lambda v, get: len(v) == 0 or _PAIR.ok(v, get), lambda get: "[] or " + _PAIR.expected(get))
 
+def mixes(cfg):
+    """Whether the config trains with timm's Mixup or CutMix (either alpha > 0)."""
+    return cfg.TRAIN.MIXUP_ALPHA > 0 or cfg.TRAIN.CUTMIX_ALPHA > 0
+
+
+# timm's Mixup mixes each sample with the one at the mirrored position of its batch: even batches only.
+_MIX_KEYS = ("TRAIN.MIXUP_ALPHA", "TRAIN.CUTMIX_ALPHA")
+_BATCH_IMAGES = Rule(
+    lambda v, get: all(n >= 1 and (n % 2 == 0 or not any(get(k) > 0 for k in _MIX_KEYS))
+                       for n in (v if isinstance(v, (list, tuple)) else [v])),
+    lambda get: "an even int >= 1 (TRAIN.MIXUP_ALPHA {}, TRAIN.CUTMIX_ALPHA {}: timm's Mixup / CutMix mixes "
+                "pairs)".format(*map(get, _MIX_KEYS)) if any(get(k) > 0 for k in _MIX_KEYS) else "an int >= 1",
+    _MIX_KEYS)
+
 # Valid values of the keys the cls data set and model read (common.config.values).
 VALUE_RULES = task_rules({
+    "TRAIN.BATCH_IMAGES": _BATCH_IMAGES,
     "DATASET.IMAGE_SIZE": int_at_least(1),
     "NETWORK.NUM_CLASSES": int_at_least(1),
     "NETWORK.DROP_PATH_RATE": PROBABILITY,

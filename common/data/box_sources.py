@@ -7,6 +7,7 @@ class-regressed boxes), each proposal gets the best score it keeps through a per
 proposals with that score >= 0.2 are kept, at least 10 and at most 100 per image. Its NMS IoU is
 py-faster-rcnn's ``TEST.NMS`` default, 0.3.
 """
+import os
 import re
 
 import torch
@@ -19,8 +20,8 @@ from common.safe_load import load_tensors
 
 from .loading import load_json
 
-__all__ = ["CONF_THRESH", "GRID_PATTERN", "MAX_BOXES", "MIN_BOXES", "NMS_IOU", "DetectorBoxes", "grid_boxes",
-           "parse_grid", "read_box_list", "select_regions"]
+__all__ = ["BOX_SOURCES", "CONF_THRESH", "DEFAULT_DETECTOR", "GRID_PATTERN", "MAX_BOXES", "MIN_BOXES", "NMS_IOU",
+           "BoxSource", "DetectorBoxes", "grid_boxes", "parse_grid", "read_box_list", "select_regions"]
 
 # Bottom-up-attention's selection (module docstring).
 CONF_THRESH = 0.2
@@ -206,3 +207,71 @@ def read_box_list(path):
                 path, e["image_id"])) from None
         out.append(dict(e, boxes=boxes))
     return out
+
+
+BOX_SOURCES = ("file", "grid", "detector")
+DEFAULT_DETECTOR = "fasterrcnn_resnet50_fpn_v2"
+
+
+class BoxSource:
+    """Boxes of one raw image from a box source of ``scripts/extract_features.py``: ``source(image, name)``
+    -> float32 ``[K, 4]`` ``(x1, y1, x2, y2)`` pixels of ``image`` (the whole image not included).
+
+    Args:
+        kind: 'grid' (``grid`` ROWSxCOLS cells), 'detector' (:class:`DetectorBoxes` of ``detector`` with
+            ``detector_weights``) or 'file' (the entries of the boxes files ``box_files``, found by their
+            ``image`` path, or its file name, as ``name`` gives it).
+        device: the detector's torch device.
+        detector_kwargs: further :class:`DetectorBoxes` arguments (sizes, selection).
+    Raises:
+        UserInputError: an unknown kind, a bad grid, a detector without weights, a file source without files;
+            on call: an image the boxes files do not list (names the files and the image).
+    """
+
+    def __init__(self, kind, grid="4x4", box_files=(), detector=DEFAULT_DETECTOR, detector_weights=None,
+                 device="cpu", **detector_kwargs):
+        if kind not in BOX_SOURCES:
+            raise UserInputError("--box-source: expected one of {}, got {!r}".format(", ".join(BOX_SOURCES), kind))
+        self.kind = kind
+        self.grid = parse_grid(grid) if kind == "grid" else None
+        self.detector = None
+        if kind == "detector":
+            if not detector_weights:
+                raise UserInputError("--box-source detector needs --detector-weights FILE (nothing is downloaded; "
+                                     "see data/PREPARE_DATA.md, 'Features for your own images')")
+            self.detector = DetectorBoxes(detector, detector_weights, device, **detector_kwargs)
+        self.box_files = [box_files] if isinstance(box_files, str) else list(box_files)
+        self.boxes = {}
+        if kind == "file":
+            if not self.box_files:
+                raise UserInputError("--box-source file needs --box-file FILE (a JSON list of "
+                                     "{\"image_id\", \"image\", \"boxes\"})")
+            for path in self.box_files:
+                for entry in read_box_list(path):
+                    self.boxes.setdefault(_norm(entry["image"]), entry["boxes"])
+                    self.boxes.setdefault(_norm(entry["image"]).rsplit("/", 1)[-1], entry["boxes"])
+
+    def __call__(self, image, name="image"):
+        if self.kind == "grid":
+            return grid_boxes(image.size[0], image.size[1], *self.grid, whole_image=False, name=name)
+        if self.kind == "detector":
+            return self.detector(image)[0]
+        key = _norm(name)
+        for candidate in (key, key.rsplit("/", 1)[-1]):
+            if candidate in self.boxes:
+                return self.boxes[candidate].clone()
+        raise UserInputError("{}: no boxes for this image in --box-file {} (entries are found by their 'image' "
+                             "path or file name); give its boxes or use --box-source grid".format(
+                                 name, ", ".join(self.box_files)))
+
+    def describe(self):
+        """The source in words, for outputs and logs: ``'grid 4x4'``, ``'detector <name>'``, ``'file <paths>'``."""
+        if self.kind == "grid":
+            return "grid {}x{}".format(*self.grid)
+        if self.kind == "detector":
+            return "detector {}".format(type(self.detector.model).__name__)
+        return "file {}".format(", ".join(self.box_files))
+
+
+def _norm(path):
+    return os.path.normpath(str(path)).replace(os.sep, "/")

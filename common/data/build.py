@@ -7,11 +7,14 @@ takes a ``SampleKey`` (``common.data.samplers.resolve_key`` turns it into the in
 generator its random transforms draw from); everything else here is shared
 (maskrcnn-benchmark ``data/build.py`` has the same shape). A dataset whose model tells padding by values other
 than :data:`common.data.collate.DEFAULT_PAD_VALUES` names them in a ``pad_values`` attribute
-(``{field name: pad value}``).
+(``{field name: pad value}``). ``scripts/check_data.py`` uses two optional methods: ``item_source(index)``
+-> ``(file, jsonl line from 1 | {'index': n} | other dict)`` where the item is defined, and ``check_item(index)``,
+a cheaper read of the item than ``__getitem__`` that raises the same errors (VCR: image headers only).
 """
 import torch
 from torch.utils.data import DataLoader
 
+from common.logs import get_logger
 from common.preemption import worker_ignore_stop_signals
 from common.registry import Registry
 
@@ -22,6 +25,7 @@ from .transforms import build_transforms
 DATASETS = Registry("dataset", key="DATASET.DATASET",
                     hint=" (import the task's data package, e.g. vcr.data, to register it)")
 MODES = ("train", "val", "test")
+logger = get_logger(__name__)
 
 
 def register_dataset(name, cls):
@@ -49,7 +53,7 @@ def _batch_size(cfg, mode):
     return int(size)
 
 
-def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
+def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None, batch_multiple=(1, "")):
     """DataLoader of one rank for ``mode``.
 
     Per process: ``{MODE}.BATCH_IMAGES`` samples per batch and ``NUM_WORKERS_PER_GPU``
@@ -71,6 +75,9 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
         world_size, rank: data-parallel layout.
         dataset: use this dataset instead of building one from ``cfg`` (it must accept
             ``SampleKey`` indices, see the module docstring).
+        batch_multiple: ``(m, reason)`` of :meth:`common.task.Task.train_batch_multiple`: training batches
+            hold a multiple of ``m`` samples; a last batch of an epoch that does not is dropped, and one log
+            line says so, with ``reason``.
     Returns:
         ``torch.utils.data.DataLoader`` yielding :class:`common.data.collate.Batch` tuples in
         ``dataset.data_names`` order (plus the in-batch index when ``DATASET.APPEND_INDEX``), with the
@@ -79,10 +86,17 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None):
     if dataset is None:
         dataset = build_dataset(cfg, mode)
     is_train = mode == "train"
+    multiple, reason = batch_multiple if is_train else (1, "")
     batch_sampler = make_batch_sampler(
         dataset, _batch_size(cfg, mode), is_train, world_size=world_size, rank=rank,
         shuffle=cfg.TRAIN.SHUFFLE if is_train else False,
-        aspect_grouping=is_train and cfg.TRAIN.ASPECT_GROUPING, seed=max(cfg.RNG_SEED, 0), sample_keys=True)
+        aspect_grouping=is_train and cfg.TRAIN.ASPECT_GROUPING, seed=max(cfg.RNG_SEED, 0), sample_keys=True,
+        batch_multiple=multiple)
+    tail = getattr(batch_sampler.batch_sampler, "tail", lambda: 0)() if is_train else 0
+    if tail and rank == 0:
+        logger.info("the last training batch of each epoch would hold %d sample(s), not a multiple of %d: it is "
+                    "dropped (%d of %d samples per process and epoch are not trained; %s)", tail, multiple, tail,
+                    len(batch_sampler.batch_sampler.sampler), reason)
     workers = cfg.NUM_WORKERS_PER_GPU
     # Own generator: creating an iterator then draws its worker seed from it, not from the
     # global RNG that a resumed run restores (exact mid-epoch resume).

@@ -10,45 +10,99 @@ from common.errors import UserInputError
 
 from .storage import read_bytes
 
-
-def load_image(path):
-    """Decode an image file (or ``archive.zip@/inner`` member, ``store.lmdb@/inner`` key) as a 3-channel RGB ``PIL.Image``.
-
-    EXIF orientation is applied first (phone photos are often stored rotated), then grey,
-    palette, CMYK and RGBA images are converted to RGB.
-
-    Raises:
-        FileNotFoundError: the file is missing.
-        ValueError: the bytes are not a decodable image (message names the file).
-    """
-    return decode_image(read_bytes(path), path)
-
-
-def decode_image(data, name):
-    """Decode image bytes as :func:`load_image` does; ``name`` (the file or archive member) goes into errors.
-
-    Raises:
-        UserInputError: the bytes are not a decodable image.
-    """
-    try:
-        image = Image.open(io.BytesIO(data))
-        image.load()
-    except (UnidentifiedImageError, OSError, SyntaxError) as e:
-        raise UserInputError("cannot decode image '{}': {}".format(name, e)) from None
-    image = ImageOps.exif_transpose(image)
-    return image.convert("RGB") if image.mode != "RGB" else image
+ORIENTATION_TAG = 0x0112  # EXIF 'Orientation'
+_TRANSPOSING = (5, 6, 7, 8)  # orientations that swap width and height (EXIF 2.3, tag 274)
 
 
 class ImageSizeWarning(UserWarning):
     """A decoded image is not the size its metadata gives, but its boxes fit it (see :func:`check_image_size`)."""
 
 
+class ImageOrientationWarning(UserWarning):
+    """An image's metadata fits its stored pixels, not the orientation its EXIF tag asks for: the stored one is
+    used (see :func:`decode_image`)."""
+
+
+# Images already warned about by ImageOrientationWarning in this process (one warning per image).
+_ORIENTATION_WARNED = set()
+
+
+def load_image(path, recorded_size=None, recorded_in=""):
+    """Decode an image file (or ``archive.zip@/inner`` member, ``store.lmdb@/inner`` key) as a 3-channel RGB ``PIL.Image``.
+
+    EXIF orientation is applied first (phone photos are often stored rotated), unless the metadata's
+    ``recorded_size`` is the stored pixels' size and not the rotated one (see :func:`decode_image`); then
+    grey, palette, CMYK and RGBA images are converted to RGB.
+
+    Raises:
+        FileNotFoundError: the file is missing.
+        ValueError: the bytes are not a decodable image (message names the file).
+    """
+    return decode_image(read_bytes(path), path, recorded_size, recorded_in)
+
+
+def decode_image(data, name, recorded_size=None, recorded_in=""):
+    """Decode image bytes as :func:`load_image` does; ``name`` (the file or archive member) goes into errors.
+
+    The detector that made an image's metadata saw one orientation of it: with ``recorded_size``
+    (``(width, height)`` from the metadata in ``recorded_in``), an image whose EXIF orientation gives
+    another size while its stored pixels have that one comes out as stored, with one
+    :class:`ImageOrientationWarning` per image and process. When neither orientation is the recorded size,
+    the EXIF one is returned (:func:`check_image_size` then decides).
+
+    Raises:
+        UserInputError: the bytes are not a decodable image.
+    """
+    try:
+        stored = Image.open(io.BytesIO(data))
+        stored.load()
+    except (UnidentifiedImageError, OSError, SyntaxError) as e:
+        raise UserInputError("cannot decode image '{}': {}".format(name, e)) from None
+    image = ImageOps.exif_transpose(stored)
+    if _keep_stored(name, stored, image.size, recorded_size, recorded_in):
+        image = stored
+    return image.convert("RGB") if image.mode != "RGB" else image
+
+
+def image_size(path, recorded_size=None, recorded_in=""):
+    """``(width, height)`` of the image :func:`load_image` would return with the same arguments (the same
+    orientation rule and warning), from the file's header: the pixels are not decoded.
+
+    Raises:
+        FileNotFoundError: the file is missing.
+        UserInputError: the file is not an image PIL can identify (names it).
+    """
+    data = read_bytes(path)
+    try:
+        stored = Image.open(io.BytesIO(data))
+    except (UnidentifiedImageError, OSError, SyntaxError) as e:
+        raise UserInputError("cannot decode image '{}': {}".format(path, e)) from None
+    w, h = stored.size
+    upright = (h, w) if stored.getexif().get(ORIENTATION_TAG, 1) in _TRANSPOSING else (w, h)
+    return stored.size if _keep_stored(path, stored, upright, recorded_size, recorded_in) else upright
+
+
+def _keep_stored(name, stored, upright_size, recorded_size, recorded_in):
+    """Whether the ``stored`` image (its EXIF orientation not applied) is the one to use: its size is the
+    recorded one and the upright size is not (:class:`ImageOrientationWarning` the first time per ``name``)."""
+    if recorded_size is None or upright_size == tuple(recorded_size) or stored.size != tuple(recorded_size):
+        return False
+    if name not in _ORIENTATION_WARNED:
+        _ORIENTATION_WARNED.add(name)
+        warnings.warn(ImageOrientationWarning(
+            "{} has EXIF orientation {}: {}x{} pixels upright, {}x{} as stored, the size in {}; it is used as "
+            "stored (the metadata was made on the stored pixels)".format(
+                name, stored.getexif().get(ORIENTATION_TAG), *upright_size, *stored.size, recorded_in)),
+            stacklevel=3)
+    return True
+
+
 def check_image_size(image_path, size, recorded_size, recorded_in, boxes, error=UserInputError):
     """Compare a decoded image with the size its metadata gives, before its boxes are clipped to it.
 
-    EXIF orientation is applied when decoding (:func:`load_image`), so a photo whose metadata was
-    measured on the stored pixels comes out with width and height swapped; clipping boxes of the other
-    orientation to it would cut them silently.
+    :func:`load_image` given the metadata's size already picked the orientation (EXIF or as stored) that has
+    it; a size that neither has (a resized image) is checked here: clipping boxes of another size of the
+    image to it would cut them silently.
 
     Args:
         image_path (str): the image, for messages.
@@ -67,7 +121,7 @@ def check_image_size(image_path, size, recorded_size, recorded_in, boxes, error=
     if recorded_size is None or tuple(size) == tuple(recorded_size):
         return
     w, h = size
-    sizes = "{} is {}x{} pixels as decoded (EXIF orientation applied) but {}x{} in {}".format(
+    sizes = "{} is {}x{} pixels as decoded (in either orientation) but {}x{} in {}".format(
         image_path, w, h, *recorded_size, recorded_in)
     outside = ((boxes[:, 2] > w) | (boxes[:, 3] > h)).nonzero()
     if len(outside):
@@ -76,6 +130,27 @@ def check_image_size(image_path, size, recorded_size, recorded_in, boxes, error=
                     "orientation or size of the image; fix the metadata or the image".format(sizes, box))
     warnings.warn(ImageSizeWarning("{}; its boxes fit the decoded image and are used as they are".format(sizes)),
                   stacklevel=2)
+
+
+def check_boxes_inside(image_path, size, boxes, recorded_in, error=UserInputError, ids=None):
+    """Stop at a box that reaches beyond its image (training clips it silently; a data check reports it).
+
+    Args:
+        image_path (str): the image, for messages.
+        size (tuple of int): ``(width, height)`` of the image.
+        boxes (tensor): float ``(K, >= 4)`` ``x1, y1, x2, y2`` pixels (``x2 = width`` is inside).
+        recorded_in (str): where the boxes come from, for messages.
+        error: exception class raised (a :class:`UserInputError` subclass).
+        ids: the name of each box in messages (its object index in the metadata); default its row.
+    Raises:
+        error: a box with ``x1 < 0``, ``y1 < 0``, ``x2 > width`` or ``y2 > height`` (names the box).
+    """
+    w, h = size
+    outside = ((boxes[:, 0] < 0) | (boxes[:, 1] < 0) | (boxes[:, 2] > w) | (boxes[:, 3] > h)).nonzero()
+    if len(outside):
+        k = int(outside[0])
+        raise error("{}: box {} {} reaches beyond the image {} ({}x{} pixels)".format(
+            recorded_in, k if ids is None else ids[k], [round(float(v), 2) for v in boxes[k, :4]], image_path, w, h))
 
 
 def load_json(path):

@@ -196,6 +196,48 @@ class GroupedBatchSampler(BatchSampler):
         return sum(int(math.ceil(c / self.batch_size)) for c in counts.values())
 
 
+class MultipleBatchSampler(BatchSampler):
+    """torch's ``BatchSampler`` (last batch kept) whose last batch is dropped when its size is not a multiple of
+    ``multiple``: timm's Mixup / CutMix mixes a batch with its reverse and needs an even one.
+
+    Args:
+        sampler (Sampler): yields dataset indices.
+        batch_size (int): samples per batch (a multiple of ``multiple``).
+        multiple (int): every batch holds a multiple of this many samples (>= 1).
+    Raises:
+        ValueError: ``batch_size`` is not a multiple of ``multiple``.
+    """
+
+    def __init__(self, sampler, batch_size, multiple):
+        if multiple < 1 or batch_size % multiple:
+            raise ValueError("the batch size {} is not a multiple of {}".format(batch_size, multiple))
+        super().__init__(sampler, batch_size, drop_last=False)
+        self.multiple = multiple
+
+    def tail(self, samples=None):
+        """Samples of the last, dropped batch of an epoch of ``samples`` samples (default ``len(sampler)``); 0 when
+        none is dropped."""
+        tail = (len(self.sampler) if samples is None else samples) % self.batch_size
+        return tail if tail % self.multiple else 0
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            if len(batch) % self.multiple == 0:  # only the last batch can be short
+                yield batch
+
+    def __len__(self):
+        return num_batches(self, len(self.sampler))
+
+
+def num_batches(batch_sampler, samples):
+    """Batches that ``batch_sampler`` (torch's ``BatchSampler`` or :class:`MultipleBatchSampler`) makes of
+    ``samples`` samples."""
+    full, tail = divmod(samples, batch_sampler.batch_size)
+    if not tail or batch_sampler.drop_last or tail % getattr(batch_sampler, "multiple", 1):
+        return full
+    return full + 1
+
+
 class ResumableBatchSampler(Sampler):
     """Wraps a batch sampler: forwards ``set_epoch``, can resume an epoch part-way, can deal whole
     batches out to ranks, and can turn indices into ``SampleKey``s.
@@ -310,12 +352,11 @@ class ResumableBatchSampler(Sampler):
             remaining = max(len(self.batch_sampler) - units, 0)
             return done + int(math.ceil(remaining / self.num_replicas))
         samples = int(math.ceil(max(inner.size - units, 0) / inner.num_replicas))
-        size = self.batch_sampler.batch_size
-        return done + (samples // size if self.batch_sampler.drop_last else int(math.ceil(samples / size)))
+        return done + num_batches(self.batch_sampler, samples)
 
 
 def make_batch_sampler(dataset, batch_size, is_train, world_size=1, rank=0, shuffle=None,
-                       aspect_grouping=False, seed=0, drop_last=False, sample_keys=False):
+                       aspect_grouping=False, seed=0, drop_last=False, sample_keys=False, batch_multiple=1):
     """Build the per-rank batch sampler of a loader.
 
     Training (``is_train``): a ``ResumableBatchSampler`` over a seeded ``DistributedSampler``
@@ -337,10 +378,13 @@ def make_batch_sampler(dataset, batch_size, is_train, world_size=1, rank=0, shuf
         drop_last (bool): drop the last incomplete batch (or uneven group batches).
         sample_keys (bool): yield ``SampleKey(index, epoch, seed)`` instead of ints, for datasets
             that draw their augmentation from ``key.generator()`` (evaluation keys have epoch 0).
+        batch_multiple (int): training batches hold a multiple of this many samples: the last batch of an
+            epoch that does not is dropped (:class:`MultipleBatchSampler`); ``batch_size`` must be one.
     Returns:
         a batch sampler to pass as ``DataLoader(batch_sampler=...)``.
     Raises:
-        ValueError: aspect grouping on a dataset without ``group_ids`` of the right length.
+        ValueError: aspect grouping on a dataset without ``group_ids`` of the right length, or with
+            ``batch_multiple`` > 1 (its per-group last batches are not checked).
     """
     size = len(dataset)
     key_seed = seed if sample_keys else None
@@ -350,6 +394,9 @@ def make_batch_sampler(dataset, batch_size, is_train, world_size=1, rank=0, shuf
     shuffle = is_train if shuffle is None else shuffle
     epoch_order = getattr(dataset, "epoch_order", None)
     if aspect_grouping:
+        if batch_multiple > 1:
+            raise ValueError("aspect grouping keeps every group's last batch: it cannot hold batches to a "
+                             "multiple of {} samples".format(batch_multiple))
         group_ids = getattr(dataset, "group_ids", None)
         if group_ids is None or len(group_ids) != size:
             raise ValueError("aspect grouping needs {}.group_ids with one id per sample ({} samples)".format(
@@ -358,4 +405,6 @@ def make_batch_sampler(dataset, batch_size, is_train, world_size=1, rank=0, shuf
         return ResumableBatchSampler(GroupedBatchSampler(order, group_ids, batch_size, drop_last), world_size, rank,
                                      key_seed=key_seed)
     sampler = DistributedSampler(size, world_size, rank, shuffle=shuffle, seed=seed, order=epoch_order)
-    return ResumableBatchSampler(BatchSampler(sampler, batch_size, drop_last), key_seed=key_seed)
+    batches = (MultipleBatchSampler(sampler, batch_size, batch_multiple) if batch_multiple > 1 and not drop_last
+               else BatchSampler(sampler, batch_size, drop_last))
+    return ResumableBatchSampler(batches, key_seed=key_seed)

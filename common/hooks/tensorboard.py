@@ -36,7 +36,6 @@ class TensorBoardHook(HookBase):
         self.speed = None
 
     def after_batch(self, ctx):
-        # Here rather than in after_step: the record is written after the LR hook's after_step, as the logged LR must.
         record = ctx.record
         kind, _, speed = self.window.update(record, ctx.epoch, ctx.micro_batch)
         if kind is not None:

@@ -46,6 +46,7 @@ class ConceptualCaptionsDataset(Dataset):
             reference resized and flipped them there, without flipping the features).
         skips (SkipCounter): counts unreadable images; such a sample takes the next readable one's
             image, detections and caption.
+        allow_empty (bool): no records (:meth:`for_items`).
         num_classes (int): width of the MVRC targets (``NETWORK.VLBERT.visual_region_classes``); a
             detector file's ``classes`` must have it when ``with_mvrc``, and without ``with_mvrc`` a file
             may have no ``classes`` (boxes from a grid or a file) and gets all-zero targets of this width.
@@ -74,8 +75,8 @@ class ConceptualCaptionsDataset(Dataset):
 
     def __init__(self, records, tokenizer, seq_len=64, precomputed=False, mask_raw_pixels=True, with_rel=True,
                  with_mlm=True, with_mvrc=True, add_image_as_a_box=True, transform=None, skips=None,
-                 num_classes=1601):
-        if not records:
+                 num_classes=1601, allow_empty=False):
+        if not records and not allow_empty:
             raise ValueError("the Conceptual Captions index has no caption")
         self.records = records
         self.seq_len = seq_len
@@ -87,7 +88,7 @@ class ConceptualCaptionsDataset(Dataset):
         self.add_image_as_a_box = add_image_as_a_box
         self.transform = transform
         self.masker = WholeWordMasker(tokenizer, word_prob=0.15 if with_mlm else 0.0)
-        self.skips = skips or SkipCounter("image", min_seen=min(MIN_IMAGES_FOR_SHARE, len(records)))
+        self.skips = skips or SkipCounter("image", min_seen=max(1, min(MIN_IMAGES_FOR_SHARE, len(records))))
 
     @classmethod
     def from_config(cls, cfg, mode, transform=None):
@@ -161,9 +162,24 @@ class ConceptualCaptionsDataset(Dataset):
                 return other_caption, 0
         return caption, 1
 
+    @classmethod
+    def for_items(cls, cfg, transform=None):
+        """A data set of the config's item layout without records, nothing drawn at random (no masking, no
+        mismatched caption): :meth:`item` builds its items (the predictor's, ``pretrain/predict.py``)."""
+        net = cfg.NETWORK
+        return cls([], build_tokenizer(net.BERT_MODEL_NAME), seq_len=cfg.DATASET.SEQ_LEN,
+                   precomputed=net.IMAGE_FEAT_PRECOMPUTED, mask_raw_pixels=net.MASK_RAW_PIXELS, with_rel=False,
+                   with_mlm=False, with_mvrc=False, add_image_as_a_box=cfg.DATASET.ADD_IMAGE_AS_A_BOX,
+                   transform=transform, num_classes=net.VLBERT.visual_region_classes, allow_empty=True)
+
     def __getitem__(self, key):
         index, generator = resolve_key(key)
-        index, image, det, caption = self._regions(index)
+        return self.item(*self._regions(index), generator)
+
+    def item(self, index, image, det, caption, generator=None):
+        """The item's tuple (``data_names`` order) of one sample's parts: its index (stored in ``im_info[4]``),
+        image (RGB ``PIL.Image``, None when precomputed), ``Detections`` and caption words; ``generator`` draws
+        the masking, the mismatched caption and the random transforms."""
         boxes = det.boxes.clone()
         w0, h0 = (det.width, det.height) if image is None else image.size
         if self.add_image_as_a_box:

@@ -265,7 +265,7 @@ class CaptionAttentionDataset(Dataset):
         """
         item = self.items[index]
         try:
-            image = load_image(item.image)
+            image = load_image(item.image, item.recorded_size, "the box source")
         except (OSError, UserInputError) as e:  # missing, truncated or undecodable
             raise UnreadableImageError("image '{}' (image_id {}): {}".format(item.image, item.image_id, e)) from None
         width, height = image.size

@@ -159,6 +159,7 @@ class RefCOCO(Dataset):
                 self.vg_boxes = VGBoxes(data_path)
         self.items = load_items(self.refer, self.image_sets, data_path, storage)
         self.referred_boxes = referred_boxes(self.refer, self.items)
+        self.item_builder = RefCOCOItems(tokenizer, transform, test_mode, add_image_as_a_box)
 
     @classmethod
     def from_config(cls, cfg, mode, transform=None):
@@ -192,8 +193,7 @@ class RefCOCO(Dataset):
     @property
     def data_names(self):
         """Names of the item's fields, in order (the reference's order)."""
-        names = ["image", "boxes", "im_info", "expression"]
-        return names if self.test_mode else names + ["label"]
+        return self.item_builder.data_names
 
     @property
     def splits(self):
@@ -228,28 +228,67 @@ class RefCOCO(Dataset):
         return torch.cat(parts).float()
 
     def _image(self, item):
-        image = load_image(item["image_fn"])
+        image = load_image(item["image_fn"], (item["width"], item["height"]), "{} (image_id {})".format(
+            self.refer.instances_file, item["image_id"]))
         if image.size != (item["width"], item["height"]):
             raise RefCOCODataError("{}: the image is {}x{} pixels but {} says {}x{} (image_id {}); the boxes "
                                    "would not match it".format(item["image_fn"], *image.size, self.refer.instances_file,
                                                                item["width"], item["height"], item["image_id"]))
         return image
 
+    def item_source(self, index):
+        """``(refs file, {'ref_id': r, 'sent_id': s})``: the referring expression item ``index`` reads."""
+        item = self.items[index]
+        return self.refer.refs_file, {"ref_id": item["ref_id"], "sent_id": item["sent_id"]}
+
     def __getitem__(self, key):
         index, generator = resolve_key(key)
         item = self.items[index]
         image = self._image(item)
-        w, h = image.size
         boxes = self.candidate_boxes(index)
-        if self.add_image_as_a_box:
-            boxes = torch.cat([torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0]]), boxes])
-        if boxes.shape[0] == 0:
+        if boxes.shape[0] == 0 and not self.add_image_as_a_box:
             raise RefCOCODataError("image_id {} ({}) has no candidate box: no {} for it and "
                                    "DATASET.ADD_IMAGE_AS_A_BOX is off".format(
                                        item["image_id"], item["image_fn"], self.boxes))
+        return self.item_builder(image, boxes, item["tokens"], index, self.referred_boxes[index], generator)
+
+
+class RefCOCOItems:
+    """One RefCOCO+ item from its parts, as :class:`RefCOCO` returns it (the data set and the predictor,
+    ``refcoco/predict.py``, both build items here).
+
+    Args:
+        tokenizer: ``BertTokenizer``. transform: callable on a sample dict, or None.
+        test_mode: no ``label`` field. add_image_as_a_box: candidate 0 is the whole image.
+    """
+
+    def __init__(self, tokenizer, transform=None, test_mode=False, add_image_as_a_box=False):
+        self.tokenizer = tokenizer
+        self.transform = transform
+        self.test_mode = test_mode
+        self.add_image_as_a_box = add_image_as_a_box
+
+    @property
+    def data_names(self):
+        """Names of the item's fields, in order (the reference's order)."""
+        names = ["image", "boxes", "im_info", "expression"]
+        return names if self.test_mode else names + ["label"]
+
+    def __call__(self, image, boxes, tokens, index, referred=None, generator=None):
+        """The item's tuple (:attr:`data_names` order).
+
+        Args:
+            image: RGB ``PIL.Image``. boxes: float ``[K, 4]`` candidates in its pixels (before the image box).
+            tokens: the expression's words. index: stored in ``im_info[4]``.
+            referred: float ``[4]`` referred box (the label's; needed unless test mode).
+            generator: ``torch.Generator`` of the random transforms, or None.
+        """
+        w, h = image.size
+        if self.add_image_as_a_box:
+            boxes = torch.cat([torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0]]), boxes])
         # The referred box rides along as row 0 so that it is resized and flipped with the candidates.
-        boxes = torch.cat([self.referred_boxes[index][None], boxes])
-        sample = {"image": image, "boxes": boxes, "texts": [item["tokens"]], "generator": generator,
+        boxes = torch.cat([(boxes.new_zeros(4) if referred is None else referred)[None], boxes])
+        sample = {"image": image, "boxes": boxes, "texts": [tokens], "generator": generator,
                   "im_info": torch.tensor([w, h, 1.0, 1.0, index], dtype=torch.float32)}
         if self.transform is not None:
             sample = self.transform(sample)

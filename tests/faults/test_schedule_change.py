@@ -32,8 +32,8 @@ def log_text(model_dir):
      ["TRAIN.LR changed since the checkpoint: 0.05 -> 0.1",
       "TRAIN.LR_STEP changed since the checkpoint: [1.0, 2.0] -> [1.0, 3.0]"]),
     # 'triangle' (no warmup) reaches 0 at the end of END_EPOCH: with END_EPOCH 4, step s of 32 has
-    # 0.4 x (32 - s) / 32; the LR logged after step s is the one of step s + 1
-    ("triangle", [], [0.4 * (32 - s) / 32 for s in range(25, 33)], []),
+    # 0.4 x (32 - s) / 32; the LR logged at step s is the one step s used
+    ("triangle", [], [0.4 * (32 - s) / 32 for s in range(24, 32)], []),
 ])
 def test_raised_end_epoch_and_new_lr_follow_the_config(tiny_cfg, tmp_path, schedule, changes, epoch3_lr, logged):
     base = FP32 + ["TRAIN.LR_SCHEDULE", schedule]

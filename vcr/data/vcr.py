@@ -14,7 +14,8 @@ from skimage.draw import polygon as draw_polygon
 from torch.utils.data import Dataset
 
 from common.data.collate import index_from_im_info
-from common.data.loading import check_image_size, load_image, load_json, read_json_lines
+from common.data.loading import (check_boxes_inside, check_image_size, image_size, load_image, load_json,
+                                 read_json_lines)
 from common.data.samplers import resolve_key
 from common.data.storage import container, stored_folder, storage_of
 from common.errors import UserInputError
@@ -130,7 +131,8 @@ class VCRDataset(Dataset):
     """VCR items as tensors, in the order of ``data_names``.
 
     Args:
-        ann_file (str): jsonl file name under ``data_path`` (``train.jsonl``...).
+        ann_file (str): jsonl file name under ``data_path`` (``train.jsonl``...); None: no items but those
+            :meth:`item` builds.
         image_set (str): image folder under ``data_path`` (``vcr1images``); in 'zip' storage the
             archive ``{data_path}/{image_set}.zip`` holding the folder ``{image_set}/``, in 'lmdb' storage
             the store ``{image_set}.lmdb`` holding the same names (``common.data.storage.stored_folder``).
@@ -189,7 +191,7 @@ class VCRDataset(Dataset):
                  basic_align=False, qa2r_noq=False, seq_len=64):
         if task not in TASKS:
             raise ValueError("DATASET.TASK must be one of {}, got {!r}".format(TASKS, task))
-        self.ann_file = os.path.join(data_path, ann_file)
+        self.ann_file = os.path.join(data_path, ann_file) if ann_file else "input"
         self.image_root = stored_folder(os.path.join(data_path, image_set), storage)
         self.tokenizer = tokenizer
         self.basic_tokenizer = BasicTokenizer(do_lower_case=True)
@@ -202,7 +204,8 @@ class VCRDataset(Dataset):
         self.basic_align = basic_align
         self.qa2r_noq = qa2r_noq
         self.seq_len = seq_len
-        self.annotations = self._load_annotations()
+        # No annotation file: items come from item() only (the predictor's).
+        self.annotations = self._load_annotations() if ann_file else []
         self._group_ids = None
 
     @classmethod
@@ -223,9 +226,20 @@ class VCRDataset(Dataset):
         image_set = d["{}_IMAGE_SET".format(mode.upper())]
         check_data_paths(d.DATASET_PATH, [(ann_file, image_set)], storage_of(d))
         return cls(ann_file, image_set, d.DATASET_PATH, build_tokenizer(cfg.NETWORK.BERT_MODEL_NAME),
-                   transform=transform, task=d.TASK, test_mode=mode == "test", storage=storage_of(d),
-                   only_use_relevant_dets=d.ONLY_USE_RELEVANT_DETS, add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX,
-                   mask_size=(d.MASK_SIZE, d.MASK_SIZE), basic_align=d.BASIC_ALIGN, qa2r_noq=d.QA2R_NOQ)
+                   transform=transform, test_mode=mode == "test", storage=storage_of(d), **cls._options(cfg))
+
+    @classmethod
+    def for_items(cls, cfg, transform=None):
+        """A test-mode data set of the config's item layout without annotations: :meth:`item` builds its items."""
+        return cls(None, "", "", build_tokenizer(cfg.NETWORK.BERT_MODEL_NAME), transform=transform, test_mode=True,
+                   **cls._options(cfg))
+
+    @staticmethod
+    def _options(cfg):
+        d = cfg.DATASET
+        return dict(task=d.TASK, only_use_relevant_dets=d.ONLY_USE_RELEVANT_DETS,
+                    add_image_as_a_box=d.ADD_IMAGE_AS_A_BOX, mask_size=(d.MASK_SIZE, d.MASK_SIZE),
+                    basic_align=d.BASIC_ALIGN, qa2r_noq=d.QA2R_NOQ)
 
     # ------------------------------------------------------------------ annotations
     def _required_fields(self):
@@ -246,7 +260,7 @@ class VCRDataset(Dataset):
         annotations = []
         context = " (task {}{})".format(self.task, ", test mode" if self.test_mode else "")
         for line_no, where, ann in read_json_lines(self.ann_file, fields, VCRDataError, context):
-            self._check_annotation(ann, where)
+            self.check_annotation(ann, where)
             annotations.append({
                 "line": line_no,
                 "annot_id": ann["annot_id"],
@@ -261,7 +275,9 @@ class VCRDataset(Dataset):
             })
         return annotations
 
-    def _check_annotation(self, ann, where):
+    def check_annotation(self, ann, where):
+        """Raise VCRDataError (names ``where``) when an annotation has another number of choices than 4, refers
+        to an object it does not list, or has a label outside 0..3."""
         num_objects = len(ann["objects"])
         texts = {"question": [ann["question"]], "answer_choices": ann["answer_choices"]}
         if self.task != "Q2A":
@@ -384,28 +400,71 @@ class VCRDataset(Dataset):
                 except (TypeError, ValueError) as e:
                     raise VCRDataError("{} (for {} line {}): 'segms' of object {}: {}".format(
                         ann["metadata_fn"], self.ann_file, ann["line"], o, e)) from None
-        recorded = (meta["width"], meta["height"]) if "width" in meta and "height" in meta else None
-        check_image_size(ann["img_fn"], size, recorded, "{} (for {} line {})".format(
-            ann["metadata_fn"], self.ann_file, ann["line"]), boxes, error=VCRDataError)
+        check_image_size(ann["img_fn"], size, *self._recorded_size(meta, ann), boxes, error=VCRDataError)
         if self.add_image_as_a_box:
             w, h = size
             boxes = torch.cat([torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0, 1.0, 0.0]]), boxes])
             masks = torch.cat([torch.ones(1, *self.mask_size), masks])
         return boxes, masks
 
+    def _recorded_size(self, meta, ann):
+        """``((width, height) or None, where)``: the image size the metadata gives and the words naming it."""
+        recorded = (meta["width"], meta["height"]) if "width" in meta and "height" in meta else None
+        return recorded, "{} (for {} line {})".format(ann["metadata_fn"], self.ann_file, ann["line"])
+
+    def _texts_and_objects(self, ann):
+        """``(texts, kept object indices)``: the question, answers (and rationales) and the objects they keep."""
+        texts = [ann["question"]] + ann["answer_choices"] + (ann["rationale_choices"] if self.task != "Q2A" else [])
+        if self.only_use_relevant_dets:
+            keep, texts = keep_only_relevant(texts)
+            return texts, keep
+        return texts, list(range(len(ann["objects"])))
+
+    def item_source(self, index):
+        """``(file, line)`` where item ``index`` is defined: the annotation file and its 1-based line."""
+        return self.ann_file, self.annotations[index]["line"]
+
+    def check_item(self, index):
+        """Read item ``index`` as :meth:`__getitem__` does, the image only to its header (size, EXIF
+        orientation): the metadata, its boxes against the image size, every text through the tokenizer.
+
+        Raises:
+            VCRDataError / FileNotFoundError / ValueError: as :meth:`__getitem__`; a box beyond the image.
+        """
+        ann = self.annotations[index]
+        meta = self._load(load_json, ann["metadata_fn"], ann)
+        size = self._load(lambda path: image_size(path, *self._recorded_size(meta, ann)), ann["img_fn"], ann)
+        texts, keep = self._texts_and_objects(ann)
+        boxes, _ = self._boxes_and_masks(meta, ann["objects"], keep, ann, size)
+        objects = boxes[1:] if self.add_image_as_a_box else boxes  # (the whole-image box is inside)
+        check_boxes_inside(ann["img_fn"], size, objects, self._recorded_size(meta, ann)[1], error=VCRDataError,
+                           ids=keep)
+        names = self._names([ann["objects"][o] for o in keep])
+        for text in texts:
+            self._tokenize(text, names, 0 if self.add_image_as_a_box else -1)
+
     def __getitem__(self, key):
         index, generator = resolve_key(key)
         ann = self.annotations[index]
         meta = self._load(load_json, ann["metadata_fn"], ann)
-        image = self._load(load_image, ann["img_fn"], ann)
+        image = self._load(lambda path: load_image(path, *self._recorded_size(meta, ann)), ann["img_fn"], ann)
+        return self.item(ann, meta, image, index, generator)
 
+    def item(self, ann, meta, image, index, generator=None):
+        """The item's tuple (``data_names`` order) of one annotation, its image's metadata and image (what
+        ``dataset[i]`` returns; the predictor, ``vcr/predict.py``, builds its items here too).
+
+        Args:
+            ann: an entry of ``annotations`` (the jsonl line's fields; ``img_fn`` / ``metadata_fn`` and ``line``
+                name it in errors).
+            meta: the metadata dict (``boxes``, optional ``segms``, ``width`` / ``height``).
+            image: RGB ``PIL.Image``. index: stored in ``im_info[4]``. generator: of the random transforms.
+        Raises:
+            VCRDataError: boxes or polygons that do not fit the objects (names the files).
+        """
         use_rationales = self.task != "Q2A"
-        texts = [ann["question"]] + ann["answer_choices"] + (ann["rationale_choices"] if use_rationales else [])
         objects = ann["objects"]
-        if self.only_use_relevant_dets:
-            keep, texts = keep_only_relevant(texts)
-        else:
-            keep = list(range(len(objects)))
+        texts, keep = self._texts_and_objects(ann)
         boxes, masks = self._boxes_and_masks(meta, objects, keep, ann, image.size)
         names = self._names([objects[o] for o in keep])
 

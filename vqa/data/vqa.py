@@ -25,7 +25,7 @@ from common.errors import UserInputError
 from .answers import AnswerVocab
 from .vqa_files import check_same_split, load_annotations, load_questions
 
-__all__ = ["SPLITS", "VQADataError", "VQADataset"]
+__all__ = ["SPLITS", "VQADataError", "VQADataset", "VQAItems"]
 
 PREPARE_DOC = "data/PREPARE_DATA.md"
 # COCO image folder of each split (minival2014 / valminusminival2014: scripts/split_vqa_val.py).
@@ -142,6 +142,8 @@ class VQADataset(Dataset):
         if answer_vocab_size is not None:
             self.answer_vocab.check_size(answer_vocab_size)
         self.database = self._load_questions()
+        self.items = VQAItems(tokenizer, self.answer_vocab, transform, test_mode, with_precomputed_visual_feat,
+                              add_image_as_a_box)
         self._caches = [FeatureCache(f[3]) if os.path.isdir(f[3]) else None for f in self.files]
         for cache in self._caches:
             if self.precomputed and cache is not None and len(cache) and cache.feature_dim != FEATURE_DIM:
@@ -185,8 +187,14 @@ class VQADataset(Dataset):
                 check_same_split(questions, annotations, q_path, a_path)
                 answers = {a["question_id"]: [x["answer"] for x in a["answers"]] for a in annotations}
             database += [{"question_id": q["question_id"], "image_id": q["image_id"], "question": q["question"],
-                          "answers": answers.get(q["question_id"]), "split": split_index} for q in questions]
+                          "answers": answers.get(q["question_id"]), "split": split_index, "position": k}
+                         for k, q in enumerate(questions)]
         return database
+
+    def item_source(self, index):
+        """``(question file, {'index': n})``: item ``index`` is entry n (from 0) of the file's ``questions`` list."""
+        q = self.database[index]
+        return self.files[q["split"]][0], {"index": q["position"]}
 
     def __len__(self):
         return len(self.database)
@@ -204,7 +212,7 @@ class VQADataset(Dataset):
     @property
     def data_names(self):
         """Names of the item's fields, in order (the reference's)."""
-        return ["image", "boxes", "im_info", "question"] + ([] if self.test_mode else ["label"])
+        return self.items.data_names
 
     def _regions(self, q):
         where = "question_id {} (image_id {})".format(q["question_id"], q["image_id"])
@@ -223,19 +231,60 @@ class VQADataset(Dataset):
         index, generator = resolve_key(key)
         q = self.database[index]
         regions = self._regions(q)
-        boxes = torch.from_numpy(regions.boxes)
-        features = torch.from_numpy(regions.features)
-        if self.precomputed:
-            image, (w, h) = None, (regions.image_w, regions.image_h)
-        else:
+        image = None
+        if not self.precomputed:
             path = self.files[q["split"]][4].format(q["image_id"])
+            recorded = ((regions.image_w, regions.image_h),
+                        "the regions of question_id {} (image_id {})".format(q["question_id"], q["image_id"]))
             try:
-                image = load_image(path)
+                image = load_image(path, *recorded)
             except (FileNotFoundError, UserInputError) as e:
                 raise VQADataError("question_id {}: {}".format(q["question_id"], e)) from None
-            check_image_size(path, image.size, (regions.image_w, regions.image_h), "the regions of question_id {} "
-                             "(image_id {})".format(q["question_id"], q["image_id"]), boxes, error=VQADataError)
-            w, h = image.size
+            check_image_size(path, image.size, *recorded, torch.from_numpy(regions.boxes), error=VQADataError)
+        return self.items(q["question"], q["answers"], regions, image, index, generator)
+
+
+class VQAItems:
+    """One VQA item from its parts, as :class:`VQADataset` returns it (the data set and the predictor,
+    ``vqa/predict.py``, both build items here).
+
+    Args:
+        tokenizer: ``BertTokenizer``.
+        answer_vocab: :class:`vqa.data.answers.AnswerVocab` (the soft target's order).
+        transform: image transform (``common.data.transforms``), used end to end only.
+        test_mode: no label.
+        precomputed: ``NETWORK.IMAGE_FEAT_PRECOMPUTED``: the features go after the box columns, no image.
+        add_image_as_a_box: box 0 is the whole image.
+    """
+
+    def __init__(self, tokenizer, answer_vocab, transform=None, test_mode=False, precomputed=True,
+                 add_image_as_a_box=True):
+        self.tokenizer = tokenizer
+        self.answer_vocab = answer_vocab
+        self.transform = transform
+        self.test_mode = test_mode
+        self.precomputed = precomputed
+        self.add_image_as_a_box = add_image_as_a_box
+
+    @property
+    def data_names(self):
+        """Names of the item's fields, in order (the reference's)."""
+        return ["image", "boxes", "im_info", "question"] + ([] if self.test_mode else ["label"])
+
+    def __call__(self, question, answers, regions, image, index, generator=None):
+        """The item's tuple in :attr:`data_names` order (see :class:`VQADataset`).
+
+        Args:
+            question: the question text.
+            answers: the annotators' answers (None in test mode).
+            regions: :class:`common.data.region_features.RegionFeatures` of the image (features unused end to end).
+            image: ``PIL.Image`` end to end (of ``regions``' size), None with precomputed features.
+            index: dataset index, stored in ``im_info[4]``.
+            generator: ``torch.Generator`` of the random transforms, or None.
+        """
+        boxes = torch.from_numpy(regions.boxes)
+        features = torch.from_numpy(regions.features)
+        w, h = (regions.image_w, regions.image_h) if image is None else image.size
         if self.add_image_as_a_box:
             boxes = torch.cat((torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0]]), boxes))
             if regions.image_box_feature is not None:
@@ -244,7 +293,7 @@ class VQADataset(Dataset):
                 image_box = features.mean(0, keepdim=True) if len(features) else features.new_zeros(1, FEATURE_DIM)
             features = torch.cat((image_box, features))
 
-        texts = [[q["question"]]] + [[a] for a in q["answers"] or []]
+        texts = [[question]] + [[a] for a in answers or []]
         sample = {"image": image, "boxes": boxes, "im_info": torch.tensor([w, h, 1.0, 1.0, index]),
                   "texts": texts, "generator": generator}
         if image is not None and self.transform is not None:

@@ -1,0 +1,536 @@
+"""Use a trained model on raw inputs: ``Predictor.from_checkpoint(cfg, ckpt)(inputs)`` for every task.
+
+    from common.predict import Predictor
+    predictor = Predictor.from_checkpoint("cfgs/vqa/demo_cpu.yaml", "output/.../vl-bert_demo_vqa-best.model")
+    predictor({"image": "photo.jpg", "question": "what colour is the ball ?"})
+    # [{"image": "photo.jpg", "question": "...", "predictions": [{"label": "red", "index": 3, "score": 0.91}, ...],
+    #   "boxes": [[x1, y1, x2, y2], ...]}]
+
+The shape follows detectron2's ``DefaultPredictor`` (config -> model -> checkpoint -> the test transform ->
+``__call__``) and timm's ``inference.py`` (top-k per input): the model is the one ``val.py`` / ``test.py``
+load (:func:`common.engine.load_for_inference`: weights-only, eval mode), the inputs become the task data
+set's tensors through the data set's own item code, the batch is collated by the data loader's collator (the
+fixed SCALES canvas, the pad values) and run through the one inference loop
+(:func:`common.evaluation.inference_on_dataset`, fp32), so a prediction equals what ``test.py`` computes for
+the same item.
+
+Each task supplies a :class:`TaskPredictor` from its own folder (``<task>/predict.py``, returned by
+:meth:`common.task.Task.predictor`); this module names no task. An input is a dict: ``image`` (a path, a
+``PIL.Image`` or a numpy ``H x W x 3`` uint8 array) and the task's text fields (:attr:`TaskPredictor.fields`);
+an output is the input's JSON-able fields plus ``predictions``, a list, best first, of
+``{"label": str, "index": int, "score": float}`` (and the task's extra keys).
+
+Files next to the checkpoint (its run folder) that the predictor reads:
+
+- :data:`RUN_INFO` (``predictor.json``): written by training (:meth:`common.task.Task.run_info`): the class
+  names of a classifier, the answer vocabulary of a VQA model.
+- :data:`FEATURE_INFO` (``feature_extractor.json``): how the precomputed region features a model was trained
+  on were made (``{"cfg": ..., "opts": [...], "weights": ..., "box_source": {"kind": ..., ...}}``, paths
+  relative to the working folder), written by ``scripts/run_demo_vqa.sh``; ``feature_weights=`` overrides
+  its weights.
+"""
+import contextlib
+import json
+import os
+import warnings
+
+import numpy as np
+import torch
+import yaml
+from PIL import Image
+
+from common.checkpoint import CheckpointError, load_checkpoint_file, load_model_state_dict
+from common.config import ConfigError
+from common.data.box_sources import BoxSource
+from common.data.collate import BatchCollator, canvas_scales
+from common.data.loading import load_image
+from common.errors import UserInputError
+from common.evaluation import DatasetEvaluator, inference_on_dataset
+from common.modeling.module import held_random_init_warnings
+from common.modeling.region_extractor import EXTRACTOR_OPTS, build_region_extractor
+from common.safe_write import atomic_write
+from common.task import TASKS
+
+__all__ = ["DEFAULT_GRID", "FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task",
+           "load_feature_extractor", "load_input_image", "read_run_info", "top_predictions", "write_run_info"]
+
+# Boxes of a photo given without boxes when neither the call nor the run folder names a box source.
+DEFAULT_GRID = "4x4"
+# Files next to a checkpoint (module docstring).
+RUN_INFO = "predictor.json"
+FEATURE_INFO = "feature_extractor.json"
+
+
+def write_run_info(folder, info):
+    """Write ``info`` (a JSON-able dict; nothing when empty) as ``folder/predictor.json``, atomically."""
+    if not info:
+        return None
+    path = os.path.join(folder, RUN_INFO)
+    text = json.dumps(info, indent=1)
+    atomic_write(path, lambda f: f.write(text), binary=False, size_hint=len(text))
+    return path
+
+
+def read_run_info(ckpt_path, name=RUN_INFO):
+    """The JSON file ``name`` next to the checkpoint ``ckpt_path`` as a dict; ``{}`` when there is none.
+
+    Raises:
+        UserInputError: the file is not a JSON object (names it).
+    """
+    path = os.path.join(os.path.dirname(os.path.abspath(ckpt_path)), name)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserInputError("{}: not a readable JSON file ({})".format(path, e)) from None
+    if not isinstance(info, dict):
+        raise UserInputError("{}: expected a JSON object".format(path))
+    return info
+
+
+def load_input_image(image, name="image"):
+    """An input image as an RGB ``PIL.Image``: a path (decoded as the data sets do, EXIF orientation applied,
+    :func:`common.data.loading.load_image`), a ``PIL.Image`` or a numpy ``[H, W, 3]`` uint8 array (RGB).
+
+    Raises:
+        UserInputError: a missing file, a file that is not an image, an array of another shape or dtype, or
+            another type (names ``name``).
+    """
+    if isinstance(image, (str, os.PathLike)):
+        try:
+            return load_image(os.fspath(image))
+        except FileNotFoundError:
+            raise UserInputError("{}: no such image file '{}'".format(name, image)) from None
+        except UserInputError as e:
+            raise UserInputError("{}: not an image: {}".format(name, e)) from None
+    if isinstance(image, Image.Image):
+        return image.convert("RGB") if image.mode != "RGB" else image
+    if isinstance(image, np.ndarray):
+        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+            raise UserInputError("{}: expected a numpy array [H, W, 3] of uint8 (RGB), got {} {}".format(
+                name, image.dtype, list(image.shape)))
+        return Image.fromarray(image)
+    raise UserInputError("{}: expected an image path, a PIL.Image or a numpy array, got {}".format(
+        name, type(image).__name__))
+
+
+def top_predictions(scores, labels, k):
+    """``[{"label", "index", "score"}]`` of the ``k`` best of ``scores`` (float ``[C]``), best first (ties in
+    index order); ``labels[i]`` names index i."""
+    k = min(k, scores.shape[0])
+    values, indices = torch.sort(scores.float(), descending=True, stable=True)
+    return [{"label": str(labels[i]), "index": int(i), "score": float(v)}
+            for v, i in zip(values[:k].tolist(), indices[:k].tolist())]
+
+
+def _config_dataset(node):
+    dataset = (node or {}).get("DATASET")
+    if isinstance(dataset, list):
+        dataset = dataset[0] if dataset else None
+    return dataset.get("DATASET") if isinstance(dataset, dict) else None
+
+
+def find_task(dataset_name, source):
+    """The registered task whose folder defines the data set ``dataset_name`` (``DATASET.DATASET``).
+
+    Raises:
+        UserInputError: no registered task owns it (names ``source`` and the registered tasks).
+    """
+    from common.data.build import DATASETS  # the registry of every imported task's data sets
+    try:
+        owner = DATASETS.get(dataset_name).__module__.split(".")[0]
+    except KeyError:
+        owner = None
+    if owner in TASKS:
+        return TASKS.get(owner)
+    raise UserInputError("{}: DATASET.DATASET {!r} is none of the tasks' data sets ({}); give the task "
+                         "(task=..., --task)".format(source, dataset_name, ", ".join(sorted(TASKS))))
+
+
+def _read_yaml(path, what):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.safe_load(f) or {}
+    except FileNotFoundError:
+        raise UserInputError("{} '{}' does not exist".format(what, path)) from None
+    except (OSError, yaml.YAMLError) as e:
+        raise UserInputError("{} '{}' is not readable YAML: {}".format(what, path, e)) from None
+
+
+def load_feature_extractor(task, cfg, ckpt_path, feature_weights, device):
+    """``(encoder, transform, box source record)`` of a precomputed-feature model: the run folder's
+    ``feature_extractor.json`` (``cfg`` and ``opts`` of ``scripts/extract_features.py``, its ``weights``, the
+    ``box_source`` arguments), ``feature_weights`` overriding its weights.
+
+    Raises:
+        UserInputError: no weights known (names ``--feature-weights`` / ``feature_weights=``).
+    """
+    info = read_run_info(ckpt_path, FEATURE_INFO)
+    weights = feature_weights or info.get("weights")
+    if not weights:
+        raise UserInputError("{}: the model reads precomputed region features (NETWORK.IMAGE_FEAT_PRECOMPUTED), so a "
+                             "photo needs the image encoder that made them: give --feature-weights FILE "
+                             "(feature_weights=; the --weights file of scripts/extract_features.py)".format(ckpt_path))
+    opts = list(info.get("opts", [])) + list(EXTRACTOR_OPTS) + ["NETWORK.IMAGE_PRETRAINED", ""]
+    # The encoder's config: the recorded one, else the model's own (scripts/run_demo_vqa.sh passes it to both).
+    feature_cfg = task.load_config(info["cfg"], opts) if info.get("cfg") else _encoder_cfg(cfg)
+    model, transform = build_region_extractor(feature_cfg, weights, device, setting="--feature-weights")
+    return model, transform, info.get("box_source")
+
+
+def _encoder_cfg(cfg):
+    """A frozen copy of the model's config with :data:`EXTRACTOR_OPTS` applied and no IMAGE_PRETRAINED."""
+    out = cfg.clone()
+    out.defrost()
+    out.NETWORK.IMAGE_FEAT_PRECOMPUTED = False
+    out.NETWORK.IMAGE_SEMANTIC = False
+    out.NETWORK.IMAGE_PRETRAINED = ""
+    out.freeze()
+    return out
+
+
+class TaskPredictor:
+    """What one task adds to :class:`Predictor`: raw input -> data set item, model outputs -> predictions.
+
+    Subclasses (``<task>/predict.py``) set :attr:`fields` and :attr:`dataset_class` and define :meth:`item`
+    and :meth:`decode`; :meth:`forward` runs the model on a batch.
+
+    Attributes:
+        fields: ``{key: required}`` of the input's keys besides ``image`` (text fields, ``boxes``).
+        dataset_class: the task's data set class (its ``pad_values`` and ``batch_extras`` collate the batch).
+        label_field: the name of a label field the items carry (a placeholder, taken out before the forward).
+        box_source: the :class:`common.data.box_sources.BoxSource` of images given without boxes (default: a
+            :data:`DEFAULT_GRID` grid).
+    """
+    fields = {}
+    dataset_class = None
+    label_field = None
+
+    def __init__(self, cfg, device, box_source=None):
+        self.cfg = cfg
+        self.device = device
+        self.box_source = box_source if box_source is not None else BoxSource("grid", DEFAULT_GRID)
+
+    @property
+    def data_names(self):
+        """The item's field names, in the model's order."""
+        raise NotImplementedError
+
+    def check_input(self, inputs, where):
+        """Raise UserInputError (names ``where``) when a required field of :attr:`fields` is missing, empty or
+        not text, or a key is unknown."""
+        unknown = sorted(set(inputs) - set(self.fields) - {"image"})
+        if unknown:
+            raise UserInputError("{}: unknown key(s) {}; this task takes image, {}".format(
+                where, unknown, ", ".join(self.fields)))
+        for key, required in self.fields.items():
+            value = inputs.get(key)
+            if value is None:
+                if required:
+                    raise UserInputError("{}: '{}' is missing (this task needs {})".format(
+                        where, key, ", ".join(k for k, r in self.fields.items() if r)))
+                continue
+            if key == "boxes":
+                continue
+            texts = value if isinstance(value, (list, tuple)) else [value]
+            if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
+                raise UserInputError("{}: '{}' must be non-empty text, got {!r}".format(where, key, value))
+
+    def boxes_of(self, inputs, image, name):
+        """float32 ``[K, 4]`` boxes of the input: its ``boxes`` (pixels of the image), else the box source's.
+
+        Raises:
+            UserInputError: ``boxes`` that are not ``[[x1, y1, x2, y2], ...]``; the box source's errors.
+        """
+        if inputs.get("boxes") is None:
+            return self.box_source(image, name)
+        try:
+            boxes = torch.tensor(inputs["boxes"], dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError):
+            boxes = None
+        if boxes is not None and boxes.numel() == 0:
+            return boxes.reshape(0, 4)
+        if boxes is None or boxes.dim() != 2 or boxes.shape[1] != 4:
+            raise UserInputError("{}: 'boxes' must be a list of [x1, y1, x2, y2] rows in pixels, got {!r}".format(
+                name, inputs["boxes"]))
+        return boxes
+
+    def item(self, image, inputs, index, name):
+        """``(item, context)``: the data set's tuple (``data_names`` order) for one input and what
+        :meth:`decode` needs of it (JSON-able dict merged into the output, keys starting with ``_`` dropped).
+
+        Args:
+            image: RGB ``PIL.Image``. inputs: the input dict. index: its position in the call.
+            name: how errors name the input.
+        """
+        raise NotImplementedError
+
+    def forward(self, model, inputs):
+        """The model's outputs on a batch (less the label): ``model(*inputs)``."""
+        return model(*inputs)
+
+    def decode(self, outputs, contexts, topk):
+        """One output dict per input from the batch's ``outputs`` (tensors on the CPU, batch first) and the
+        inputs' contexts; each has ``predictions`` (see the module docstring)."""
+        raise NotImplementedError
+
+
+class _Collect(DatasetEvaluator):
+    """Evaluator of the predictor's one batch: the task's forward, the outputs kept on the CPU."""
+
+    def __init__(self, task_predictor):
+        self.task_predictor = task_predictor
+
+    def reset(self):
+        self.outputs = []
+
+    def forward(self, model, inputs):
+        return self.task_predictor.forward(model, inputs)
+
+    def process(self, inputs, outputs):
+        self.outputs.append({k: v.detach().cpu() for k, v in outputs.items() if isinstance(v, torch.Tensor)})
+
+    def evaluate(self):
+        return self.outputs[0]
+
+
+class Predictor:
+    """A trained model of any task, used on raw inputs (see the module docstring).
+
+    Attributes:
+        task: the :class:`common.task.Task`. cfg: its frozen config. model: the model, eval mode, fp32.
+        device: torch device. task_predictor: the task's :class:`TaskPredictor` (preprocessing, decoding).
+        collator: the :class:`common.data.collate.BatchCollator` of the task's test loader.
+    """
+
+    def __init__(self, task, cfg, model, task_predictor, device):
+        self.task, self.cfg, self.model, self.task_predictor = task, cfg, model, task_predictor
+        self.device = torch.device(device)
+        dataset = task_predictor.dataset_class
+        item_cfg = _first_dataset_cfg(cfg) if isinstance(cfg.DATASET, list) else cfg  # the image-text data set
+        self.collator = BatchCollator(task_predictor.data_names, pad_values=getattr(dataset, "pad_values", None),
+                                      append_ind=item_cfg.DATASET.APPEND_INDEX, scales=canvas_scales(item_cfg),
+                                      extras=getattr(dataset, "batch_extras", None))
+
+    @classmethod
+    def from_checkpoint(cls, cfg_path, ckpt_path, device="cpu", opts=(), feature_weights=None, box_source=None,
+                        task=None):
+        """Load the model of ``ckpt_path`` as the config ``cfg_path`` (and ``opts``) describes it.
+
+        Args:
+            cfg_path: the YAML config the model was trained with (or the run folder's ``config.yaml``).
+            ckpt_path: a checkpoint file (``*-best.model``, ``*-0000.model``).
+            device: torch device string.
+            opts: config overrides ``[KEY, VALUE, ...]``.
+            feature_weights: the image encoder weights that made the precomputed region features the model
+                was trained on (``scripts/extract_features.py --weights``); default: the run folder's
+                :data:`FEATURE_INFO`.
+            box_source: :class:`common.data.box_sources.BoxSource` or a dict of its arguments (``{"kind":
+                "grid", "grid": "4x4"}``) for inputs without boxes; default: the run folder's record
+                (:data:`FEATURE_INFO`), else a :data:`DEFAULT_GRID` grid.
+            task: a task name or :class:`common.task.Task`; default: the task whose data set the config names
+                (its ``<task>.task`` module must be imported; ``scripts/predict.py`` imports them all).
+        Raises:
+            UserInputError: a missing or unreadable file, a bad config, a checkpoint of another task or
+                model, an answer vocabulary or class list that does not match the checkpoint, a
+                precomputed-feature model without its feature extractor (names the flag to give).
+        """
+        raw = _read_yaml(cfg_path, "config")
+        if task is None:
+            task = find_task(_config_dataset(raw), cfg_path)
+        elif isinstance(task, str):
+            try:
+                task = TASKS.get(task)
+            except KeyError as e:
+                raise UserInputError("--task: {}".format(e.args[0])) from None
+        try:
+            cfg = task.load_config(cfg_path, list(opts))
+            task.check_config(cfg, cfg_path)
+        except ConfigError as e:
+            raise UserInputError(str(e)) from None
+        if not os.path.isfile(ckpt_path):
+            raise UserInputError("checkpoint '{}' does not exist".format(ckpt_path))
+        try:
+            ckpt = load_checkpoint_file(ckpt_path)
+        except CheckpointError as e:
+            raise UserInputError(str(e)) from None
+        _check_same_task(task, cfg, ckpt, ckpt_path, cfg_path)
+        task.check_checkpoint(cfg, ckpt, ckpt_path)
+        try:
+            if isinstance(box_source, dict):
+                box_source = BoxSource(device=device, **box_source)
+            task_predictor = task.predictor(cfg, ckpt, ckpt_path, device, feature_weights=feature_weights,
+                                            box_source=box_source)
+            # Warnings about weights the build leaves random are dropped: the checkpoint sets every weight.
+            with held_random_init_warnings(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                model = task.build_model(cfg)
+        except FileNotFoundError as e:  # a file the config names (BERT folder, answer file, weights)
+            raise UserInputError(str(e)) from None
+        try:
+            load_model_state_dict(model, ckpt["state_dict"], source=ckpt_path)
+        except CheckpointError as e:
+            raise UserInputError("{} (is {} the config this checkpoint was trained with?)".format(e, cfg_path)) \
+                from None
+        return cls(task, cfg, model.to(device).eval(), task_predictor, device)
+
+    def preprocess(self, inputs):
+        """``(batch, contexts, errors)`` of a list of input dicts: the collated
+        :class:`common.data.collate.Batch` of the readable inputs (the tensors ``model(*batch)`` takes, the
+        label placeholder included when the task has one), their contexts, and ``{position: message}`` of the
+        inputs that could not be read. ``batch`` is None when none could."""
+        items, contexts, errors = [], [], {}
+        for position, inp in enumerate(inputs):
+            try:
+                item, context = self.prepare_one(inp, position)
+            except UserInputError as e:
+                errors[position] = str(e)
+                continue
+            items.append(item)
+            contexts.append(context)
+        return (self.collator(items) if items else None), contexts, errors
+
+    def prepare_one(self, inp, position=0):
+        """``(item, context)`` of one input dict (see :meth:`TaskPredictor.item`).
+
+        Raises:
+            UserInputError: not a dict, no ``image``, a bad field or image (names the input).
+        """
+        if not isinstance(inp, dict):
+            raise UserInputError("input {}: expected a dict with 'image' and the task's fields, got {}".format(
+                position, type(inp).__name__))
+        name = inp["image"] if isinstance(inp.get("image"), (str, os.PathLike)) else "input {}".format(position)
+        if inp.get("image") is None:
+            raise UserInputError("{}: 'image' is missing".format(name))
+        self.task_predictor.check_input(inp, name)
+        image = load_input_image(inp["image"], name)
+        return self.task_predictor.item(image, inp, position, name)
+
+    def forward(self, batch):
+        """The model's outputs dict (CPU tensors, batch first) on a collated batch, through the inference loop
+        (fp32, no grad)."""
+        return inference_on_dataset(self.model, [batch], _Collect(self.task_predictor),
+                                    self.task_predictor.label_field)
+
+    def attention(self, inp, topk=5):
+        """The attention maps of one input: its prediction (as :meth:`__call__`) and the attention of its first
+        VL-BERT sequence (for VCR: the first choice's; QA2R: of its last forward, the query with answer 3), in
+        the layout ``pretrain/function/attention_maps.py`` writes (``write_raw`` / ``write_maps``).
+
+        Returns:
+            dict: ``result`` (the prediction), ``probs`` float32 numpy ``[layers, heads, T, T]`` (T = text tokens
+            + regions + 1, ``[END]``), ``tokens`` (T strings: the word pieces, ``[REGION k]``, ``[END]``),
+            ``text`` and ``regions`` (``(start, end)`` token ranges), ``boxes`` (float ``[R, 4]`` pixels of the
+            image) and ``image`` (the RGB ``PIL.Image``).
+        Raises:
+            UserInputError: a bad input, or a model without a VL-BERT (names the task).
+        """
+        vlbert = getattr(self.model, "vlbert", None)
+        if vlbert is None:
+            raise UserInputError("task '{}': the model has no VL-BERT, so no attention maps".format(self.task.name))
+        from common.data.tokenizer import build_tokenizer  # only the maps need the words
+        item, context = self.prepare_one(inp)
+        batch = self.collator([item])
+        with _attention_kept(vlbert, {}) as store:
+            outputs = self.forward(batch)
+        result = self.task_predictor.decode(outputs, [context], topk)[0]
+        text_ids, text_mask, object_mask = store["args"][0][0], store["args"][3][0], store["args"][5][0]
+        num_text, num_regions = int(text_mask.sum()), int(object_mask.sum())
+        size = num_text + num_regions + 1
+        probs = torch.stack([p[0, :, :size, :size] for p in store["probs"]]).float().cpu().numpy()
+        words = build_tokenizer(self.cfg.NETWORK.BERT_MODEL_NAME).convert_ids_to_tokens(
+            text_ids[text_mask].tolist())
+        names = list(batch.names)
+        scales = batch[names.index("im_info")][0, [2, 3, 2, 3]]
+        boxes = batch[names.index("boxes")][0, :num_regions, :4] / scales
+        return {"result": dict({k: v for k, v in inp.items() if isinstance(v, (str, int, float, list))},
+                               **{k: v for k, v in result.items() if not k.startswith("_")}),
+                "probs": probs, "tokens": words + ["[REGION {}]".format(k) for k in range(num_regions)] + ["[END]"],
+                "text": (0, num_text), "regions": (num_text, num_text + num_regions), "boxes": boxes.numpy(),
+                "image": load_input_image(inp["image"])}
+
+    def __call__(self, inputs, topk=5, strict=True):
+        """Predictions of one input dict or a list of them (one batch), in input order.
+
+        Args:
+            inputs: a dict (see the module docstring) or a list of dicts.
+            topk: predictions kept per input (and per ``[MASK]``).
+            strict: raise on the first bad input; False: keep it in the output as ``{"error": message}``.
+        Returns:
+            list of dicts, one per input: its JSON-able fields (``image`` when it is a path), ``predictions``
+            and the task's extra keys; a bad input (``strict=False``) gets ``error`` and no predictions.
+        Raises:
+            UserInputError: a bad input, with ``strict`` (names it and what was expected).
+        """
+        inputs = [inputs] if isinstance(inputs, dict) else list(inputs)
+        batch, contexts, errors = self.preprocess(inputs)
+        if errors and strict:
+            raise UserInputError(next(iter(errors.values())))
+        decoded = []
+        if batch is not None:
+            decoded = self.task_predictor.decode(self.forward(batch), contexts, topk)
+        results, done = [], iter(decoded)
+        for position, inp in enumerate(inputs):
+            out = {k: v for k, v in inp.items() if isinstance(v, (str, int, float, list)) or v is None} \
+                if isinstance(inp, dict) else {}
+            if position in errors:
+                out["error"] = errors[position]
+            else:
+                out.update({k: v for k, v in next(done).items() if not k.startswith("_")})
+            results.append(out)
+        return results
+
+
+@contextlib.contextmanager
+def _attention_kept(vlbert, store):
+    """Inside: every forward of the VL-BERT ``vlbert`` also stores its inputs (``store["args"]``) and its
+    attention probabilities (``store["probs"]``, per layer [B, heads, L, L]; the eager attention path); its
+    outputs are unchanged."""
+    encoder = vlbert.encoder
+    original = encoder.forward
+
+    def forward(hidden_states, attention_mask, output_all_encoded_layers=True, output_attention_probs=False):
+        encoded, probs = original(hidden_states, attention_mask, output_all_encoded_layers,
+                                  output_attention_probs=True)
+        store["probs"] = probs
+        return (encoded, probs) if output_attention_probs else encoded
+
+    encoder.forward = forward  # this instance only, removed on exit
+    handle = vlbert.register_forward_pre_hook(lambda module, args: store.update(args=args))
+    try:
+        yield store
+    finally:
+        del encoder.forward
+        handle.remove()
+
+
+def _first_dataset_cfg(cfg):
+    """A view of a multi-data-set config with its first DATASET entry (for the collator's keys)."""
+    from common.data.multitask import dataset_configs
+    return dataset_configs(cfg)[0]
+
+
+def _check_same_task(task, cfg, ckpt, ckpt_path, cfg_path):
+    """UserInputError when the checkpoint's own config (saved in it at training time) is of another task or
+    MODULE than ``cfg``."""
+    text = ckpt.get("config")
+    if not isinstance(text, str):
+        return
+    try:
+        saved = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
+        return
+    dataset = _config_dataset(saved)
+    try:
+        other = find_task(dataset, ckpt_path) if dataset else None
+    except UserInputError:
+        other = None
+    if other is not None and other is not task:
+        raise UserInputError("{} is a checkpoint of task '{}' (DATASET.DATASET {!r}), but the config {} is of task "
+                             "'{}'; give the config it was trained with".format(
+                                 ckpt_path, other.name, dataset, cfg_path, task.name))
+    if saved.get("MODULE") and saved["MODULE"] != cfg.MODULE:
+        raise UserInputError("{} was trained as MODULE {}, but the config {} builds MODULE {}".format(
+            ckpt_path, saved["MODULE"], cfg_path, cfg.MODULE))

@@ -1,0 +1,503 @@
+"""The predictor (common/predict.py) and scripts/predict.py on tiny trained checkpoints: a prediction equals what
+the task's test.py / val.py computes for the same item of a tiny data set, batching changes nothing, bad inputs
+give one clear UserInputError (the script: an ``error:`` line, exit 2)."""
+import json
+import os
+
+import pytest
+import torch
+
+from common.data.build import make_dataloader
+from common.engine import load_for_inference
+from common.errors import UserInputError
+from common.evaluation import DatasetEvaluator, inference_on_dataset
+from common.predict import Predictor
+from tests import tiny_vqa
+from tests.conftest import ROOT
+from tests.tiny_vcr import run_script
+
+VQA_CFG = tiny_vqa.CFGS["base_4x16G_fp32"]
+# The encoder of the tiny precomputed features: a random ResNet-50 (2048-d, what VQA's reader checks) on
+# small images.
+FEATURE_OPTS = ["NETWORK.IMAGE_NUM_LAYERS", "50", "SCALES", "[48, 64]"]
+
+
+class _Logits(DatasetEvaluator):
+    """Every batch's outputs of one name, concatenated in loader order."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def reset(self):
+        self.rows = []
+
+    def process(self, inputs, outputs):
+        self.rows.append(outputs[self.name].float().cpu())
+
+    def evaluate(self):
+        return torch.cat(self.rows)
+
+
+def _assert_same_predictions(results, expected, key="predictions"):
+    """Same labels and indices in the same order, scores within 1e-6."""
+    assert len(results) == len(expected)
+    for a, b in zip(results, expected):
+        assert [(p["label"], p["index"]) for p in a[key]] == [(p["label"], p["index"]) for p in b[key]]
+        assert [p["score"] for p in a[key]] == pytest.approx([p["score"] for p in b[key]], abs=1e-6)
+
+
+def _feature_folder(inputs, split):
+    return os.path.join(inputs.coco, "vgbua_res101_precomputed", tiny_vqa.FEATURE_FOLDERS[split])
+
+
+@pytest.fixture(scope="module")
+def vqa_run(tmp_path_factory):
+    """A tiny VQA model trained on features that scripts/extract_features.py made from the tiny images with a
+    random ResNet-50 (boxes from a file), and its test.py JSON. Returns a dict of paths and opts."""
+    from bench.smoke_paper_config import random_resnet_file
+    from common.data.region_features import read_feature_json
+
+    root = tmp_path_factory.mktemp("predict_vqa")
+    inputs = tiny_vqa.make_inputs(root)
+    tiny_vqa.write_images(inputs)
+    random_resnet_file(str(root / "resnet50"), 50)
+    weights = str(root / "resnet50-0000.model")
+    entries = {}
+    for image_id, (split, _) in tiny_vqa.IMAGES.items():
+        regions = read_feature_json(os.path.join(_feature_folder(inputs, split), "{}.json".format(image_id)))
+        image = "{0}/COCO_{0}_{1:012d}.jpg".format(split, image_id)
+        entries.setdefault(split, []).append({"image_id": image_id, "image": image, "boxes": regions.boxes.tolist()})
+    for split, listed in entries.items():
+        boxes = root / "boxes_{}.json".format(split)
+        boxes.write_text(json.dumps(listed))
+        assert run_script(os.path.join(ROOT, "scripts", "extract_features.py"), [
+            "--boxes", str(boxes), "--image-root", inputs.coco, "--out", _feature_folder(inputs, split),
+            "--cfg", VQA_CFG, "--weights", weights, "--device", "cpu", "--opts"] + FEATURE_OPTS) in (0, None)
+    opts = inputs.opts() + FEATURE_OPTS
+    model_dir = root / "model"
+    assert tiny_vqa.run_entry("train_end2end.py", ["--cfg", VQA_CFG, "--model-dir", str(model_dir),
+                                                   "--opts"] + opts) == 0
+    ckpt = os.path.join(tiny_vqa.output_folder(model_dir, "base_4x16G_fp32"), "vl-bert_base_res101_vqa-0000.model")
+    assert tiny_vqa.run_entry("test.py", ["--cfg", VQA_CFG, "--ckpt", ckpt, "--result-path", str(root / "res"),
+                                          "--opts"] + opts) == 0
+    return dict(root=root, inputs=inputs, opts=opts, ckpt=ckpt, weights=weights,
+                test_json=str(root / "res" / "base_4x16G_fp32_vqa2_test2015.json"),
+                box_files=[str(root / "boxes_{}.json".format(s)) for s in entries])
+
+
+@pytest.fixture(scope="module")
+def vqa_predictor(vqa_run):
+    return Predictor.from_checkpoint(VQA_CFG, vqa_run["ckpt"], opts=vqa_run["opts"],
+                                     feature_weights=vqa_run["weights"],
+                                     box_source={"kind": "file", "box_files": vqa_run["box_files"]})
+
+
+def _test_questions(vqa_run):
+    coco = vqa_run["inputs"].coco
+    return [{"image": os.path.join(coco, "test2015", "COCO_test2015_{:012d}.jpg".format(i)), "question": q}
+            for _, i, q, _ in tiny_vqa.QUESTIONS["test2015"]]
+
+
+def test_vqa_predictions_equal_test_py_answers_and_the_data_sets_scores(vqa_run, vqa_predictor):
+    questions = _test_questions(vqa_run)
+    results = vqa_predictor(questions, topk=3)
+    written = json.load(open(vqa_run["test_json"]))
+    assert [r["predictions"][0]["label"] for r in results] == [w["answer"] for w in written]
+    # The scores: the sigmoid (ANS_LOSS_TYPE bce) of the logits test.py's loop computes on the data set.
+    cfg = vqa_predictor.cfg
+    model = load_for_inference(vqa_predictor.task, cfg, vqa_run["ckpt"], torch.device("cpu"))
+    logits = inference_on_dataset(model, make_dataloader(cfg, "test"), _Logits("label_logits"))
+    expected = torch.sigmoid(logits)
+    for r, row in zip(results, expected):
+        top = torch.sort(row, descending=True, stable=True)
+        assert [p["index"] for p in r["predictions"]] == top.indices[:3].tolist()
+        assert [p["score"] for p in r["predictions"]] == pytest.approx(top.values[:3].tolist(), abs=1e-6)
+        assert [p["label"] for p in r["predictions"]] == [tiny_vqa.ANSWERS[i] for i in top.indices[:3].tolist()]
+    # The boxes used: the whole image, then the file's boxes of the image.
+    assert results[0]["boxes"][0] == [0.0, 0.0, 39.0, 29.0] and len(results[0]["boxes"]) == 1 + 3
+
+
+def test_three_inputs_in_one_call_equal_three_calls(vqa_run, vqa_predictor):
+    questions = _test_questions(vqa_run)[:3]
+    _assert_same_predictions(vqa_predictor(questions), [vqa_predictor(q)[0] for q in questions])
+
+
+def test_bad_vqa_inputs_are_named(vqa_run, vqa_predictor, tmp_path):
+    image = _test_questions(vqa_run)[0]["image"]
+    (tmp_path / "notes.jpg").write_text("not an image")
+    with pytest.raises(UserInputError, match=r"notes\.jpg: not an image"):
+        vqa_predictor({"image": str(tmp_path / "notes.jpg"), "question": "what?"})
+    with pytest.raises(UserInputError, match=r"'question' must be non-empty text"):
+        vqa_predictor({"image": image, "question": "  "})
+    with pytest.raises(UserInputError, match=r"'question' is missing"):
+        vqa_predictor({"image": image})
+    with pytest.raises(UserInputError, match=r"'boxes' must be a list of \[x1, y1, x2, y2\] rows"):
+        vqa_predictor({"image": image, "question": "what?", "boxes": [1, 2, 3, 4]})
+    kept = vqa_predictor([{"image": image, "question": ""}, {"image": image, "question": "how many?"}], strict=False)
+    assert "error" in kept[0] and "predictions" not in kept[0] and kept[1]["predictions"]
+
+
+def test_precomputed_model_without_feature_weights_names_the_flag(vqa_run):
+    with pytest.raises(UserInputError, match=r"--feature-weights"):
+        Predictor.from_checkpoint(VQA_CFG, vqa_run["ckpt"], opts=vqa_run["opts"])
+
+
+def test_answer_vocabulary_that_does_not_match_the_checkpoint(vqa_run, tmp_path):
+    answers = tmp_path / "answers.txt"
+    answers.write_text("\n".join(tiny_vqa.ANSWERS[:-1] + ["maybe"]) + "\n")  # same size, another answer
+    opts = vqa_run["opts"] + ["DATASET.ANSWER_VOCAB_FILE", str(answers)]
+    with pytest.raises(UserInputError, match=r"answers\.txt: its 7 answers are not the 7 .* line 7"):
+        Predictor.from_checkpoint(VQA_CFG, vqa_run["ckpt"], opts=opts, feature_weights=vqa_run["weights"])
+    answers.write_text("\n".join(tiny_vqa.ANSWERS + ["maybe"]) + "\n")
+    opts = vqa_run["opts"] + ["DATASET.ANSWER_VOCAB_FILE", str(answers), "DATASET.ANSWER_VOCAB_SIZE", "8"]
+    with pytest.raises(UserInputError, match=r"classifier has 7 answers, but the config's DATASET.ANSWER_VOCAB_SIZE "
+                                             r"is 8"):
+        Predictor.from_checkpoint(VQA_CFG, vqa_run["ckpt"], opts=opts, feature_weights=vqa_run["weights"])
+
+
+@pytest.fixture(scope="module")
+def cls_run(tmp_path_factory):
+    """A tiny ViT trained 2 steps on the cls demo data (scripts/make_cls_demo_data.py) and its cls/test.py CSV."""
+    import csv
+    import glob
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import make_cls_demo_data
+    from tests.test_cls import TINY_VIT
+
+    root = tmp_path_factory.mktemp("predict_cls")
+    data = make_cls_demo_data.write(str(root / "data"), train=15, test=10)
+    cfg = os.path.join(ROOT, "cfgs", "cls", "demo_cpu.yaml")
+    opts = TINY_VIT + ["DATASET.DATASET", "cifar10", "DATASET.DATASET_PATH", data, "NETWORK.NUM_CLASSES", "10",
+                       "NUM_WORKERS_PER_GPU", "0", "TRAIN.END_EPOCH", "1", "TRAIN.BATCH_IMAGES", "8",
+                       "VAL.BATCH_IMAGES", "5", "TEST.BATCH_IMAGES", "5", "TRAIN.WARMUP_STEPS", "1"]
+    assert run_script(os.path.join(ROOT, "cls", "train_end2end.py"),
+                      ["--cfg", cfg, "--model-dir", str(root), "--opts"] + opts) in (0, None)
+    ckpt = glob.glob(str(root / "output" / "cls" / "demo_cpu" / "train_train" / "*-0000.model"))[0]
+    assert run_script(os.path.join(ROOT, "cls", "test.py"), ["--cfg", cfg, "--ckpt", ckpt, "--result-path",
+                                                              str(root / "res"), "--opts"] + opts) in (0, None)
+    with open(glob.glob(str(root / "res" / "*.csv"))[0]) as f:
+        rows = list(csv.DictReader(f))
+    return dict(cfg=cfg, ckpt=ckpt, opts=opts, rows=rows, data=data, names=make_cls_demo_data.NAMES)
+
+
+def test_cls_predictions_equal_test_py_csv_and_the_data_sets_probabilities(cls_run):
+    from cls.data.datasets import CIFAR10
+
+    predictor = Predictor.from_checkpoint(cls_run["cfg"], cls_run["ckpt"], opts=cls_run["opts"])
+    test = CIFAR10(cls_run["data"], "test", None)
+    results = predictor([{"image": test.images[i]} for i in range(len(test))])
+    assert [r["predictions"][0]["label"] for r in results] == [row["predicted"] for row in cls_run["rows"]]
+    assert ["|".join(p["label"] for p in r["predictions"]) for r in results] == [row["top5"] for row in cls_run["rows"]]
+    # Class names come from the run folder's predictor.json, written by training.
+    assert set(p["label"] for r in results for p in r["predictions"]) <= set(cls_run["names"])
+    cfg = predictor.cfg
+    model = load_for_inference(predictor.task, cfg, cls_run["ckpt"], torch.device("cpu"))
+
+    class Probs(_Logits):
+        def forward(self, model, inputs):
+            return model(*inputs.without("label"))
+
+    probs = torch.softmax(inference_on_dataset(model, make_dataloader(cfg, "test"), Probs("label_logits")), 1)
+    for r, row in zip(results, probs):
+        assert [p["score"] for p in r["predictions"]] == pytest.approx(
+            torch.sort(row, descending=True, stable=True).values[:5].tolist(), abs=1e-6)
+    _assert_same_predictions([predictor({"image": test.images[i]})[0] for i in range(3)], results[:3])
+
+
+def test_a_checkpoint_of_another_task_is_named(cls_run, vqa_run):
+    with pytest.raises(UserInputError, match=r"is a checkpoint of task 'cls'.* of task 'vqa'"):
+        Predictor.from_checkpoint(VQA_CFG, cls_run["ckpt"], opts=vqa_run["opts"], feature_weights=vqa_run["weights"])
+
+
+@pytest.fixture(scope="module")
+def vcr_run(tmp_path_factory):
+    """Tiny VCR data (the demo generator's 4 test scenes), a seeded-random checkpoint and vcr/test.py's Q2A and QA2R
+    leaderboard CSVs of it (the fixture of tests/test_eval_outputs.py)."""
+    import csv
+
+    from tests.faults.vcr_data import CFG, make_tiny_vcr
+    from tests.test_eval_outputs import _checkpoint
+    from vcr.task import TASK
+
+    root = tmp_path_factory.mktemp("predict_vcr")
+    opts = make_tiny_vcr(str(root / "in"))
+    ckpt = _checkpoint(TASK, TASK.load_config(CFG, opts), root / "vcr-0000.model")
+    assert run_script(os.path.join(ROOT, "vcr", "test.py"), [
+        "--a-cfg", CFG, "--a-ckpt", ckpt, "--r-cfg", CFG, "--r-ckpt", ckpt, "--result-path", str(root / "res"),
+        "--result-name", "tiny", "--opts"] + opts) in (0, None)
+    csvs = {}
+    for task in ("Q2A", "QA2R"):
+        with open(root / "res" / "tiny_test_result_{}.csv".format(task)) as f:
+            csvs[task] = list(csv.DictReader(f))
+    data = opts[opts.index("DATASET.DATASET_PATH") + 1]
+    with open(os.path.join(data, "test.jsonl")) as f:
+        anns = [json.loads(line) for line in f if line.strip()]
+    inputs = []
+    for ann in anns:
+        meta = json.load(open(os.path.join(data, "vcr1images", ann["metadata_fn"])))
+        inputs.append({"image": os.path.join(data, "vcr1images", ann["img_fn"]), "question": ann["question"],
+                       "answers": ann["answer_choices"], "rationales": ann["rationale_choices"],
+                       "boxes": meta["boxes"], "objects": ann["objects"], "segms": meta.get("segms")})
+    return dict(cfg=CFG, ckpt=ckpt, opts=opts, csvs=csvs, inputs=inputs, anns=anns)
+
+
+def _by_index(predictions):
+    return [p["score"] for p in sorted(predictions, key=lambda p: p["index"])]
+
+
+def test_vcr_probabilities_equal_test_py_csvs(vcr_run):
+    q2a = Predictor.from_checkpoint(vcr_run["cfg"], vcr_run["ckpt"], opts=vcr_run["opts"] + ["DATASET.TASK", "Q2A"])
+    inputs = [{k: v for k, v in i.items() if k != "rationales"} for i in vcr_run["inputs"]]
+    results = q2a(inputs)
+    assert len(results) == len(vcr_run["csvs"]["Q2A"]) == 4
+    for r, row in zip(results, vcr_run["csvs"]["Q2A"]):
+        expected = [float(row["answer_{}".format(i)]) for i in range(4)]
+        assert _by_index(r["predictions"]) == pytest.approx(expected, abs=1e-6)
+        assert r["choice"] == max(range(4), key=expected.__getitem__)
+    _assert_same_predictions([q2a(i)[0] for i in inputs[:3]], results[:3])
+
+    qa2r = Predictor.from_checkpoint(vcr_run["cfg"], vcr_run["ckpt"], opts=vcr_run["opts"] + ["DATASET.TASK", "QA2R"])
+    for a in range(4):
+        results = qa2r([dict(i, answer_index=a) for i in vcr_run["inputs"]])
+        for r, row in zip(results, vcr_run["csvs"]["QA2R"]):
+            expected = [float(row["rationale_conditioned_on_a{}_{}".format(a, j)]) for j in range(4)]
+            assert _by_index(r["rationale_predictions"]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_vcr_text_tags_name_the_boxes(vcr_run):
+    """``[i]`` words in a string are VCR's box references: the same probabilities as the token list."""
+    from vcr.predict import vcr_tokens
+
+    assert vcr_tokens("is [0] next to [1,2] ?", "x", "question") == ["is", [0], "next", "to", [1, 2], "?"]
+    q2a = Predictor.from_checkpoint(vcr_run["cfg"], vcr_run["ckpt"], opts=vcr_run["opts"] + ["DATASET.TASK", "Q2A"])
+    listed = {k: v for k, v in vcr_run["inputs"][0].items() if k != "rationales"}
+    as_text = dict(listed, question=" ".join(t if isinstance(t, str) else "[{}]".format(",".join(map(str, t)))
+                                             for t in listed["question"]))
+    _assert_same_predictions(q2a(as_text), q2a(listed))
+    with pytest.raises(UserInputError, match=r"'answers' must be a list of 4 texts"):
+        q2a(dict(listed, answers=listed["answers"][:3]))
+    with pytest.raises(UserInputError, match=r"refers to object 99"):
+        q2a(dict(listed, question="where is [99] ?"))
+
+
+@pytest.fixture(scope="module")
+def refcoco_run(tiny_vcr, tmp_path_factory):
+    """The tiny RefCOCO+ data (tests/refcoco_fixture.py), a seeded-random checkpoint of the detected-regions config
+    and refcoco/test.py's result JSON of its 'test' split (the fixture of tests/test_eval_outputs.py)."""
+    from refcoco.task import TASK
+    from tests.refcoco_fixture import write_refcoco
+    from tests.test_eval_outputs import _checkpoint
+    from tests.test_refcoco_end2end import CFGS, tiny_opts
+
+    root = tmp_path_factory.mktemp("predict_refcoco")
+    cfg = os.path.join(CFGS, "base_detected_regions_4x16G.yaml")
+    opts = tiny_opts(tiny_vcr, write_refcoco(str(root / "in")), "")
+    ckpt = _checkpoint(TASK, TASK.load_config(cfg, opts), root / "refcoco-0000.model")
+    assert run_script(os.path.join(ROOT, "refcoco", "test.py"), [
+        "--cfg", cfg, "--ckpt", ckpt, "--split", "test", "--result-path", str(root / "res"), "--result-name", "tiny",
+        "--opts"] + opts) in (0, None)
+    written = [json.load(open(os.path.join(root / "res", n))) for n in os.listdir(root / "res")][0]
+    return dict(cfg=cfg, ckpt=ckpt, opts=opts, written=written)
+
+
+def test_refcoco_boxes_equal_test_py_json_and_scores_the_data_sets_logits(refcoco_run):
+    predictor = Predictor.from_checkpoint(refcoco_run["cfg"], refcoco_run["ckpt"], opts=refcoco_run["opts"])
+    loader = make_dataloader(predictor.cfg, "test")
+    dataset = loader.dataset
+    # Candidates as the data set has them (original pixels, before the whole-image box the config adds).
+    inputs = [{"image": item["image_fn"], "expression": " ".join(item["tokens"]),
+               "boxes": dataset.candidate_boxes(i).tolist()} for i, item in enumerate(dataset.items)]
+    results = predictor(inputs, topk=100)
+    assert len(results) == len(refcoco_run["written"]) == 2
+    for r, w in zip(results, refcoco_run["written"]):
+        assert r["box"] == pytest.approx(w["box"], abs=1e-4)
+        assert r["predictions"][0]["box"] == pytest.approx(w["box"], abs=1e-4)
+    model = load_for_inference(predictor.task, predictor.cfg, refcoco_run["ckpt"], torch.device("cpu"))
+    rows = []
+
+    class Logits(_Logits):
+        def process(self, inputs, outputs):
+            counts = (inputs.field("boxes")[:, :, 0] > -0.5).sum(1).tolist()  # padded rows hold -1
+            rows.extend(torch.sigmoid(l[:n].float()) for l, n in zip(outputs["label_logits"], counts))
+
+        def evaluate(self):
+            return rows
+
+    inference_on_dataset(model, loader, Logits("label_logits"))
+    for r, expected in zip(results, rows):
+        assert _by_index(r["predictions"]) == pytest.approx(expected.tolist(), abs=1e-6)
+    three = inputs + inputs[:1]
+    _assert_same_predictions(predictor(three, topk=100), [predictor(i, topk=100)[0] for i in three])
+
+
+def test_pretraining_top_words_are_the_argmax_of_the_mlm_logits_through_the_data_set(tiny_pretrain, tmp_path):
+    """The demo pretraining config at tiny size, seeded-random weights: the data set's item of a caption with
+    [MASK] words (its random masking and region masking off) through its loader and the model gives MLM logits
+    whose argmax at each [MASK] is the predictor's top word, with the probabilities of their softmax."""
+    from common.data.build import build_dataset
+    from common.data.multitask import dataset_configs
+    from pretrain.data.conceptual_captions import load_detections
+    from pretrain.predict import MASK
+    from pretrain.task import TASK
+    from tests import tiny_pretrain as tp
+    from tests.test_eval_outputs import _checkpoint
+
+    name = "demo_e2e_cpu.yaml"
+    opts = tp.opts(name, tiny_pretrain)
+    cfg = TASK.load_config(tp.cfg_path(name), opts)
+    ckpt = _checkpoint(TASK, cfg, tmp_path / "pretrain-0000.model")
+    predictor = Predictor.from_checkpoint(tp.cfg_path(name), ckpt, opts=opts)
+
+    sub = dataset_configs(cfg)[0]
+    dataset = build_dataset(sub, "val")
+    dataset.masker.word_prob, dataset.with_mvrc = 0.0, False  # no random masking: the [MASK] words are ours
+    inputs = []
+    for i, record in enumerate(dataset.records):
+        words = list(record.caption)
+        words[1] = MASK
+        words[-1] = MASK
+        dataset.records[i] = record._replace(caption=words)
+        inputs.append({"image": record.image, "caption": " ".join(words),
+                       "boxes": load_detections(record.frcnn, with_classes=False).boxes.tolist()})
+    model = load_for_inference(TASK, cfg, ckpt, torch.device("cpu"))
+    mask_id = predictor.task_predictor.mask_id
+    rows = []
+
+    class MLM(_Logits):
+        def forward(self, model, inputs):
+            return predictor.task_predictor.forward(model, inputs)
+
+        def process(self, inputs, outputs):
+            for text, logits in zip(inputs.field("text"), outputs["mlm_logits_wvc"]):
+                rows.append(torch.softmax(logits[text == mask_id].float(), -1))
+
+        def evaluate(self):
+            return rows
+
+    inference_on_dataset(model, make_dataloader(sub, "val", dataset=dataset), MLM("mlm_logits_wvc"))
+    results = predictor(inputs, topk=3)
+    assert len(results) == len(rows) == 2
+    for r, probs in zip(results, rows):
+        assert len(r["masks"]) == len(probs) == 2
+        for top, p in zip(r["masks"], probs):
+            assert top[0]["index"] == int(p.argmax())
+            assert [t["score"] for t in top] == pytest.approx(torch.sort(p, descending=True).values[:3].tolist(),
+                                                             abs=1e-6)
+            assert top[0]["label"] == predictor.task_predictor.vocab[top[0]["index"]]
+        assert r["filled"].count(MASK) == 0
+    alone = [predictor(i, topk=3)[0] for i in inputs]
+    for a, b in zip(alone, results):
+        for k in range(2):
+            _assert_same_predictions([{"p": a["masks"][k]}], [{"p": b["masks"][k]}], key="p")
+    with pytest.raises(UserInputError, match=r"no \[MASK\] word"):
+        predictor({"image": inputs[0]["image"], "caption": "a photo"})
+
+
+def _predict_cli(argv, capsys):
+    capsys.readouterr()
+    code = run_script(os.path.join(ROOT, "scripts", "predict.py"), argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_predict_py_writes_the_json_layout_and_the_table(vqa_run, vqa_predictor, tmp_path, capsys):
+    question = _test_questions(vqa_run)[0]
+    argv = ["--cfg", VQA_CFG, "--ckpt", vqa_run["ckpt"], "--feature-weights", vqa_run["weights"],
+            "--box-source", "file", "--box-file"] + vqa_run["box_files"] + ["--topk", "3"]
+    code, out, _ = _predict_cli(argv + ["--image", question["image"], "--question", question["question"], "--json",
+                                        str(tmp_path / "one.json"), "--opts"] + vqa_run["opts"], capsys)
+    assert code in (0, None)
+    written = json.load(open(tmp_path / "one.json"))
+    expected = vqa_predictor(question, topk=3)[0]
+    assert written == [dict(expected, image=question["image"], question=question["question"])]
+    assert set(written[0]) == {"image", "question", "predictions", "boxes"}
+    assert set(written[0]["predictions"][0]) == {"label", "index", "score"}
+    top = written[0]["predictions"][0]
+    assert "{} ({:.3f})".format(top["label"], top["score"]) in out
+
+    # A folder run with a questions file: input order kept, a bad input kept with its error, exit 2.
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    name = os.path.basename(question["image"])  # the box file finds it by its file name
+    (folder / name).write_bytes(open(question["image"], "rb").read())
+    (folder / "broken.jpg").write_text("not an image")
+    listed = [{"image": "broken.jpg", "question": "what?"}, {"image": name, "question": question["question"]},
+              {"image": name, "question": ""}]
+    (tmp_path / "questions.json").write_text(json.dumps(listed))
+    code, out, err = _predict_cli(argv + ["--images", str(folder), "--questions", str(tmp_path / "questions.json"),
+                                          "--json", str(tmp_path / "many.json"), "--opts"] + vqa_run["opts"], capsys)
+    assert code == 2
+    many = json.load(open(tmp_path / "many.json"))
+    assert [m["image"] for m in many] == [str(folder / e["image"]) for e in listed]
+    assert "not an image" in many[0]["error"] and "predictions" not in many[0]
+    assert many[1].get("predictions") == expected["predictions"], many[1]
+    assert "'question' must be non-empty text" in many[2]["error"]
+    assert "2 of 3 input(s) could not be read" in err
+    # Without --questions: every image of the folder (sorted) with the one --question.
+    code, _, err = _predict_cli(argv + ["--images", str(folder), "--question", question["question"], "--json",
+                                        str(tmp_path / "all.json"), "--opts"] + vqa_run["opts"], capsys)
+    every = json.load(open(tmp_path / "all.json"))
+    assert code == 2 and [os.path.basename(e["image"]) for e in every] == sorted(["broken.jpg", name])
+    assert every[sorted(["broken.jpg", name]).index(name)]["predictions"] == expected["predictions"]
+
+
+def test_predict_py_stops_on_a_bad_file_with_one_error_line(vqa_run, tmp_path, capsys):
+    code, _, err = _predict_cli(["--cfg", VQA_CFG, "--ckpt", str(tmp_path / "missing.model"), "--image", "x.jpg",
+                                 "--question", "what?", "--opts"] + vqa_run["opts"], capsys)
+    assert code == 2
+    assert err.strip().splitlines() == ["error: checkpoint '{}' does not exist".format(tmp_path / "missing.model")]
+    code, _, err = _predict_cli(["--cfg", VQA_CFG, "--ckpt", vqa_run["ckpt"], "--image", "x.jpg", "--question", "q",
+                                 "--opts"] + vqa_run["opts"], capsys)
+    assert code == 2 and "--feature-weights" in err and "Traceback" not in err
+
+
+def test_attention_maps_of_one_input(vqa_run, vqa_predictor, tmp_path):
+    import numpy as np
+
+    question = _test_questions(vqa_run)[0]
+    maps = vqa_predictor.attention(question)
+    assert maps["result"]["predictions"] == vqa_predictor(question)[0]["predictions"]
+    layers, heads, size, _ = maps["probs"].shape
+    assert (layers, heads) == (2, 2)  # the tiny VL-BERT
+    # [CLS] question [SEP] [MASK] [SEP], then the whole image and the 3 boxes, then [END]
+    assert maps["tokens"][0] == "[CLS]" and maps["tokens"][-1] == "[END]" and "[MASK]" in maps["tokens"]
+    assert maps["regions"][1] - maps["regions"][0] == 4 and size == maps["regions"][1] + 1
+    assert np.allclose(maps["probs"].sum(-1), 1.0, atol=1e-5)
+    assert maps["boxes"].tolist() == maps["result"]["boxes"]
+
+
+def test_the_run_folders_feature_record_needs_no_flag(vqa_run, vqa_predictor, tmp_path):
+    """What scripts/run_demo_vqa.sh records next to the checkpoint (encoder config, weights, box source) stands
+    for --feature-weights and --box-source."""
+    import shutil
+
+    from common.predict import FEATURE_INFO
+
+    ckpt = str(tmp_path / "vqa-0000.model")
+    shutil.copy(vqa_run["ckpt"], ckpt)
+    (tmp_path / FEATURE_INFO).write_text(json.dumps({
+        "cfg": VQA_CFG, "opts": FEATURE_OPTS, "weights": vqa_run["weights"],
+        "box_source": {"kind": "file", "box_files": vqa_run["box_files"]}}))
+    recorded = Predictor.from_checkpoint(VQA_CFG, ckpt, opts=vqa_run["opts"])
+    questions = _test_questions(vqa_run)
+    _assert_same_predictions(recorded(questions), vqa_predictor(questions))
+
+
+def test_predict_py_attention_writes_the_maps(vqa_run, tmp_path, capsys):
+    import numpy as np
+
+    question = _test_questions(vqa_run)[0]
+    code, out, _ = _predict_cli(["--cfg", VQA_CFG, "--ckpt", vqa_run["ckpt"], "--feature-weights", vqa_run["weights"],
+                                 "--box-source", "grid", "--grid", "2x2", "--image", question["image"], "--question",
+                                 question["question"], "--attention", str(tmp_path / "att"), "--opts"]
+                                + vqa_run["opts"], capsys)
+    assert code in (0, None)
+    stem = os.path.splitext(os.path.basename(question["image"]))[0]
+    probs = np.load(tmp_path / "att" / "attention_probs" / (stem + ".npy"))
+    record = json.load(open(tmp_path / "att" / "attention_probs" / (stem + ".json")))
+    assert probs.shape[-1] == len(record["tokens"]) and len(record["boxes"]) == 1 + 4  # whole image + 2x2 grid
+    assert sorted(os.listdir(tmp_path / "att" / "maps" / stem)) == [
+        "layer01_region_to_word.png", "layer01_word_to_region.png", "layer02_region_to_word.png",
+        "layer02_word_to_region.png", "summary_region_to_word.png", "summary_word_to_region.png"]
