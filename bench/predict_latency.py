@@ -9,6 +9,11 @@ file, as ``scripts/run_demo_vqa.sh`` records it) and its feature extractor (a Re
 features of each photo); VCR its test items with their boxes; RefCOCO+ and pretraining take a 4x4 grid of boxes
 on the same scenes; cls a scene.
 
+The onnxruntime columns (the tasks ``scripts/export.py --format onnx`` exports: vqa, cls) time the same calls with
+the model's forward replaced by the exported graph (written by ``scripts/export.py`` from the same checkpoint, run by
+onnxruntime on the CPU with torch's thread count): the preprocessing (the VQA region features included) and the decoding stay the
+predictor's. The bench stops if a prediction of the graph differs from the predictor's.
+
 Usage: python bench/predict_latency.py [--tasks vqa vcr refcoco cls pretrain] [--repeats 5] [--threads N]
 Goal (issue 31): the VQA demo model answers one photo in under 0.5 s on the 2-core CPU.
 """
@@ -32,6 +37,7 @@ from common.modeling.module import RandomInitWarning  # noqa: E402
 from common.predict import FEATURE_INFO, Predictor  # noqa: E402
 
 TASKS = ("vqa", "vcr", "refcoco", "cls", "pretrain")
+EXPORTED = ("vqa", "cls")  # the tasks with an ONNX graph (Task.onnx_graph)
 CFGS = {"vqa": "cfgs/vqa/demo_cpu.yaml", "vcr": "cfgs/vcr/demo_q2a_cpu.yaml", "refcoco": "cfgs/refcoco/demo_cpu.yaml",
         "cls": "cfgs/cls/demo_cpu.yaml", "pretrain": "cfgs/pretrain/demo_e2e_cpu.yaml"}
 BATCHES = (1, 8)
@@ -112,15 +118,50 @@ def measure(task, vcr, vqa, root, repeats):
     start = time.perf_counter()
     predictor = Predictor.from_checkpoint(os.path.join(REPO, CFGS[task]), ckpt, opts=opts)
     load = time.perf_counter() - start
+    calls = {"torch": predictor}
+    if task in EXPORTED:
+        calls["onnxruntime"] = onnx_call(predictor, export_onnx(task, ckpt, opts, os.path.join(root, task + ".onnx")))
     per_input = {}
     for batch in BATCHES:
         chunk = (inputs * batch)[:batch]
-        predictor(chunk)  # warm-up
-        start = time.perf_counter()
-        for _ in range(repeats):
-            predictor(chunk)
-        per_input[batch] = 1000.0 * (time.perf_counter() - start) / (repeats * batch)
+        for name, call in calls.items():
+            out = call(chunk)  # warm-up
+            if name != "torch" and labels(out) != labels(predictor(chunk)):
+                raise SystemExit("{}: the ONNX graph's predictions differ from the predictor's".format(task))
+            start = time.perf_counter()
+            for _ in range(repeats):
+                call(chunk)
+            per_input[name, batch] = 1000.0 * (time.perf_counter() - start) / (repeats * batch)
     return load, per_input
+
+
+def export_onnx(task, ckpt, opts, path):
+    """``scripts/export.py --format onnx`` of the checkpoint (the check against the model included)."""
+    command = [sys.executable, os.path.join(REPO, "scripts", "export.py"), "--cfg", os.path.join(REPO, CFGS[task]),
+               "--ckpt", ckpt, "--format", "onnx", "--out", path, "--opts"] + opts
+    subprocess.run(command, check=True, capture_output=True)
+    return path
+
+
+def onnx_call(predictor, path):
+    """``call(inputs)`` = ``predictor(inputs)`` with the model's forward run by onnxruntime on the ONNX file."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()  # the threads torch gets, for a like comparison
+    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    names, outputs = [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()]
+
+    def call(inputs):
+        batch, contexts, _ = predictor.preprocess(inputs)
+        got = session.run(outputs, {name: batch.field(name).numpy() for name in names})
+        return predictor.task_predictor.decode(dict(zip(outputs, map(torch.from_numpy, got))), contexts, 5)
+    return call
+
+
+def labels(results):
+    """The predicted labels of each result, best first."""
+    return [[p["label"] for p in r["predictions"]] for r in results]
 
 
 def main():
@@ -133,15 +174,19 @@ def main():
         torch.set_num_threads(args.threads)
     print("predictor latency on the CPU ({} torch threads), random weights of the demo configs' sizes".format(
         torch.get_num_threads()))
-    print("{:<9} {:>10} {:>16} {:>16}".format("task", "load (s)", "batch 1 (ms/in)", "batch 8 (ms/in)"))
+    print("{:<9} {:>10} {:>16} {:>16} {:>16} {:>16}".format("task", "load (s)", "batch 1 (ms/in)", "batch 8 (ms/in)",
+                                                        "ort b1 (ms/in)", "ort b8 (ms/in)"))
     with tempfile.TemporaryDirectory() as root:
         vcr, vqa = make_data(root)
         for task in args.tasks:
             load, per_input = measure(task, vcr, vqa, root, args.repeats)
-            print("{:<9} {:>10.2f} {:>16.1f} {:>16.1f}".format(task, load, per_input[1], per_input[8]))
+            ort = ["{:>16.1f}".format(per_input["onnxruntime", b]) if ("onnxruntime", b) in per_input
+                   else "{:>16}".format("-") for b in BATCHES]
+            print("{:<9} {:>10.2f} {:>16.1f} {:>16.1f} {} {}".format(task, load, per_input["torch", 1],
+                                                                     per_input["torch", 8], *ort))
             if task == "vqa":
                 print("          VQA goal: one photo < 500 ms after the load: {}".format(
-                    "met" if per_input[1] < 500 else "NOT met"))
+                    "met" if per_input["torch", 1] < 500 else "NOT met"))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from common.metrics.loss_logger import loss_loggers
 from common.task import Input, Task, register_task
 import cls.data  # noqa: F401  (registers 'cifar10', 'cifar100', 'imagefolder')
 from cls.function.config import VALUE_RULES, check_config, cls_defaults, mixes
+from cls.function.onnx import cls_onnx_graph
 from cls.function.test import PredictionsCSV
 from cls.metrics import CrossEntropy, TopKAccuracy
 from cls.modules import MODELS
@@ -18,6 +19,7 @@ class ClsTask(Task):
     models = MODELS
     host_metric_name = "Acc"
     value_rules = VALUE_RULES
+    onnx_refusal = None
     check_config = staticmethod(check_config)
 
     def defaults(self):
@@ -62,6 +64,10 @@ class ClsTask(Task):
         """Writes ``{save_path}/{save_name}_{DATASET.DATASET}_{TEST_IMAGE_SET}.csv`` (:class:`PredictionsCSV`)."""
         return PredictionsCSV(dataset, os.path.join(save_path, "{}_{}_{}.csv".format(
             save_name, cfg.DATASET.DATASET, cfg.DATASET.TEST_IMAGE_SET)))
+
+    def onnx_graph(self, cfg, model):
+        """``image`` [batch, 3, S, S] -> ``label_logits`` [batch, C] (:func:`cls.function.onnx.cls_onnx_graph`)."""
+        return cls_onnx_graph(cfg, model)
 
 
 TASK = register_task(ClsTask())

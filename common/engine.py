@@ -24,6 +24,7 @@ from common.compile import compile_forward
 from common.data.build import make_dataloader
 from common.data.multitask import MultiTaskDataLoader, MultiTaskEvalLoader, dataset_configs
 from common.evaluation import MetricEvaluator, inference_on_dataset
+from common.handoff import is_handoff, read_handoff
 from common.hooks.checkpoint import PreemptionCheckpoint, checkpoint_hooks
 from common.hooks.early_stopping import EarlyStopping
 from common.hooks.ema import ModelEma
@@ -108,7 +109,8 @@ def build_precision(cfg, device):
 
 
 def load_for_inference(task, cfg, ckpt_path, device):
-    """The task's model with the weights of the checkpoint file ``ckpt_path``, in eval mode.
+    """The task's model with the weights of the checkpoint file ``ckpt_path`` (or of a hand-off folder,
+    :mod:`common.handoff`), in eval mode.
 
     Raises:
         common.config.ConfigError: a config value the task refuses (``task.check_config``).
@@ -118,7 +120,7 @@ def load_for_inference(task, cfg, ckpt_path, device):
     task.check_config(cfg)
     with held_random_init_warnings():  # dropped: the checkpoint sets every weight
         model = task.build_model(cfg)
-    ckpt = load_checkpoint_file(ckpt_path)
+    ckpt = read_handoff(ckpt_path) if is_handoff(ckpt_path) else load_checkpoint_file(ckpt_path)
     task.check_checkpoint(cfg, ckpt, ckpt_path)
     load_model_state_dict(model, ckpt["state_dict"], source=ckpt_path)
     return model.to(device).eval()

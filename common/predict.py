@@ -46,6 +46,7 @@ from common.data.collate import BatchCollator, canvas_scales
 from common.data.loading import load_image
 from common.errors import UserInputError
 from common.evaluation import DatasetEvaluator, inference_on_dataset
+from common.handoff import CONFIG_FILE, handoff_config, is_handoff, read_handoff
 from common.modeling.module import held_random_init_warnings
 from common.modeling.region_extractor import EXTRACTOR_OPTS, build_region_extractor
 from common.safe_write import atomic_write
@@ -72,12 +73,14 @@ def write_run_info(folder, info):
 
 
 def read_run_info(ckpt_path, name=RUN_INFO):
-    """The JSON file ``name`` next to the checkpoint ``ckpt_path`` as a dict; ``{}`` when there is none.
+    """The JSON file ``name`` next to the checkpoint ``ckpt_path`` (in it, for a hand-off folder) as a dict; ``{}``
+    when there is none.
 
     Raises:
         UserInputError: the file is not a JSON object (names it).
     """
-    path = os.path.join(os.path.dirname(os.path.abspath(ckpt_path)), name)
+    folder = ckpt_path if os.path.isdir(ckpt_path) else os.path.dirname(os.path.abspath(ckpt_path))
+    path = os.path.join(folder, name)
     if not os.path.isfile(path):
         return {}
     try:
@@ -320,8 +323,10 @@ class Predictor:
         """Load the model of ``ckpt_path`` as the config ``cfg_path`` (and ``opts``) describes it.
 
         Args:
-            cfg_path: the YAML config the model was trained with (or the run folder's ``config.yaml``).
-            ckpt_path: a checkpoint file (``*-best.model``, ``*-0000.model``).
+            cfg_path: the YAML config the model was trained with (or the run folder's ``config.yaml``); None with a
+                hand-off folder: its ``config.yaml``, its copied files in the place of those the config names.
+            ckpt_path: a checkpoint file (``*-best.model``, ``*-0000.model``) or a hand-off folder
+                (``scripts/export.py --format safetensors``, :mod:`common.handoff`).
             device: torch device string.
             opts: config overrides ``[KEY, VALUE, ...]``.
             feature_weights: the image encoder weights that made the precomputed region features the model
@@ -337,6 +342,11 @@ class Predictor:
                 model, an answer vocabulary or class list that does not match the checkpoint, a
                 precomputed-feature model without its feature extractor (names the flag to give).
         """
+        handoff = is_handoff(ckpt_path)
+        if cfg_path is None:
+            if not handoff:
+                raise UserInputError("no config given, and {} is not a hand-off folder".format(ckpt_path))
+            cfg_path = os.path.join(ckpt_path, CONFIG_FILE)
         raw = _read_yaml(cfg_path, "config")
         if task is None:
             task = find_task(_config_dataset(raw), cfg_path)
@@ -346,14 +356,15 @@ class Predictor:
             except KeyError as e:
                 raise UserInputError("--task: {}".format(e.args[0])) from None
         try:
-            cfg = task.load_config(cfg_path, list(opts))
+            own = handoff and os.path.samefile(cfg_path, os.path.join(ckpt_path, CONFIG_FILE))
+            cfg = handoff_config(ckpt_path, task, list(opts)) if own else task.load_config(cfg_path, list(opts))
             task.check_config(cfg, cfg_path)
-        except ConfigError as e:
+        except (ConfigError, CheckpointError) as e:
             raise UserInputError(str(e)) from None
-        if not os.path.isfile(ckpt_path):
+        if not (handoff or os.path.isfile(ckpt_path)):
             raise UserInputError("checkpoint '{}' does not exist".format(ckpt_path))
         try:
-            ckpt = load_checkpoint_file(ckpt_path)
+            ckpt = read_handoff(ckpt_path) if handoff else load_checkpoint_file(ckpt_path)
         except CheckpointError as e:
             raise UserInputError(str(e)) from None
         _check_same_task(task, cfg, ckpt, ckpt_path, cfg_path)

@@ -23,6 +23,7 @@ import torch
 from common.config import build_config
 from common.config.values import SHARED_RULES
 from common.data.build import build_dataset
+from common.onnx_export import ExportRefused
 from common.registry import Registry
 
 # Renames applied to a pretraining state dict after the PARTIAL_PRETRAIN_PREFIX_CHANGES:
@@ -58,6 +59,8 @@ class Task:
             config is read (:func:`common.config.task_rules` adds the task's keys to the shared ones).
         partial_pretrain_key: dotted config key that the ``--partial-pretrain`` flag sets; None: the task
             takes no such file, and the flag stops the run with an error.
+        onnx_refusal: why ``scripts/export.py --format onnx`` refuses the task (:meth:`onnx_export_refusal`);
+            None for a task that defines :meth:`onnx_graph`.
     """
     name: str = ""
     models: Optional[Registry] = None
@@ -65,6 +68,7 @@ class Task:
     find_unused_parameters: bool = False
     value_rules: dict = SHARED_RULES
     partial_pretrain_key: Optional[str] = None
+    onnx_refusal: Optional[str] = "it declares no ONNX graph (Task.onnx_graph)"
 
     def defaults(self):
         """The task's config defaults as a fresh mutable ``CfgNode``."""
@@ -181,6 +185,26 @@ class Task:
         """
         from common.errors import UserInputError
         raise UserInputError("task '{}' has no predictor".format(self.name))
+
+    def onnx_export_refusal(self, cfg):
+        """Why ``scripts/export.py --format onnx`` refuses the config ``cfg`` (checked before anything loads), or
+        None when :meth:`onnx_graph` exports it. Default: :attr:`onnx_refusal`."""
+        return self.onnx_refusal
+
+    def onnx_graph(self, cfg, model):
+        """The :class:`common.onnx_export.OnnxGraph` that ``scripts/export.py`` writes for ``model`` (built from
+        ``cfg``, weights loaded, eval mode).
+
+        Raises:
+            common.onnx_export.ExportRefused: default, with :attr:`onnx_refusal`.
+        """
+        raise ExportRefused(self.name, self.onnx_refusal or "it declares no ONNX graph (Task.onnx_graph)")
+
+    def handoff_files(self, cfg):
+        """Files that a hand-off folder (:mod:`common.handoff`) copies besides the weights, ``config.yaml`` and the
+        run's predictor files, so that it is read without the training data: ``{file name: (dotted config key
+        that names the file, text)}``; reading the folder points each key at its copy. Default: none."""
+        return {}
 
 
 TASKS = Registry("task", key="task", hint=" (import the task's package, e.g. vcr.task, to register it)")

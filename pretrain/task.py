@@ -19,6 +19,8 @@ MULTITASK_MODULE = "ResNetVLBERTForPretrainingMultitask"
 class PretrainTask(VLBertTask):
     """VL-BERT pretraining (paper section 3.2); the best epoch is the one of the highest caption MLM accuracy."""
     name = "pretrain"
+    onnx_refusal = ("a pretraining model is a start for fine-tuning, not a predictor: "
+                    "fine-tune it and export that, or hand it on with --format safetensors")
     models = MODELS
 
     defaults = staticmethod(pretrain_defaults)

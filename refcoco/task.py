@@ -16,6 +16,8 @@ from refcoco.modules import MODELS
 class RefCOCOTask(VLBertTask):
     """RefCOCO+: which candidate box does the expression refer to (one logit per box, BCE)."""
     name = "refcoco"
+    onnx_refusal = ("its graph (one score per candidate box of the expression) is not declared; "
+                    "use --format safetensors")
     models = MODELS
     host_metric_name = "RefAcc"
 

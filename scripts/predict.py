@@ -50,8 +50,10 @@ TEXT_FLAGS = ("question", "expression", "caption")
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser("Predictions of a trained model on your images")
-    parser.add_argument("--cfg", required=True, help="the config the model was trained with")
-    parser.add_argument("--ckpt", required=True, help="checkpoint file (*-best.model, *-0000.model)")
+    parser.add_argument("--cfg", help="the config the model was trained with (default with a hand-off folder as "
+                        "--ckpt: its config.yaml)")
+    parser.add_argument("--ckpt", required=True, help="checkpoint file (*-best.model, *-0000.model) or hand-off folder "
+                        "(scripts/export.py --format safetensors)")
     parser.add_argument("--task", help="task name (default: the task of the config's DATASET.DATASET)")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--image", help="one image file")

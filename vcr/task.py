@@ -17,6 +17,8 @@ from vcr.modules.resnet_vlbert_for_vcr import pretrain_renames
 class VCRTask(VLBertTask):
     """Visual Commonsense Reasoning: Q->A or QA->R as 4-way multiple choice (DATASET.TASK)."""
     name = "vcr"
+    onnx_refusal = ("its graph (four question-answer pairs per sample with per-token grounding tags) is not "
+                    "declared; use --format safetensors")
     models = MODELS
 
     defaults = staticmethod(vcr_defaults)

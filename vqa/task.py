@@ -12,6 +12,7 @@ import vqa.data.vqa  # noqa: F401  (registers the 'vqa' dataset)
 from vqa.data.answers import AnswerVocab
 from vqa.function.config import VALUE_RULES, check_config, vqa_defaults
 from vqa.function.metrics import SoftAccuracy
+from vqa.function.onnx import VIT_REFUSAL, vqa_onnx_graph
 from vqa.function.test import ResultJSON, result_json_path
 from vqa.modules import MODELS
 
@@ -56,6 +57,7 @@ class VQATask(VLBertTask):
     models = MODELS
     host_metric_name = "SoftAcc"
     value_rules = VALUE_RULES
+    onnx_refusal = None
 
     defaults = staticmethod(vqa_defaults)
 
@@ -99,6 +101,21 @@ class VQATask(VLBertTask):
         """Writes ``{save_path}/{save_name}_vqa2_{TEST_IMAGE_SET}.json``: ``[{"question_id": int, "answer": str}]``
         with every question of the split once, gathered over the ranks (written by rank 0)."""
         return ResultJSON(dataset, result_json_path(save_path, save_name, cfg.DATASET.TEST_IMAGE_SET))
+
+    def onnx_export_refusal(self, cfg):
+        """The ViT image encoder on pixels (:data:`vqa.function.onnx.VIT_REFUSAL`); else None."""
+        net = cfg.NETWORK
+        return VIT_REFUSAL if not net.IMAGE_FEAT_PRECOMPUTED and net.IMAGE_ENCODER == "vit" else None
+
+    def onnx_graph(self, cfg, model):
+        """``boxes`` (+ ``image`` without precomputed features), ``im_info``, ``question`` -> ``label_logits``
+        (:func:`vqa.function.onnx.vqa_onnx_graph`)."""
+        return vqa_onnx_graph(cfg, model)
+
+    def handoff_files(self, cfg):
+        """``answers.txt``: DATASET.ANSWER_VOCAB_FILE (one answer a line, in the classifier's order)."""
+        with open(cfg.DATASET.ANSWER_VOCAB_FILE, encoding="utf-8") as f:
+            return {"answers.txt": ("DATASET.ANSWER_VOCAB_FILE", f.read())}
 
 
 TASK = register_task(VQATask())

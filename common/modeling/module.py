@@ -3,6 +3,7 @@ for parts of a model that keep their random initialisation."""
 import contextlib
 import warnings
 
+import torch
 import torch.nn as nn
 
 
@@ -48,6 +49,14 @@ def warn_random_init(model, held, loaded=()):
             if any(prefix + k in loaded for k in w.module.state_dict()):
                 continue
         warnings.warn(w, stacklevel=2)
+
+
+def exporting():
+    """True while ``torch.export`` traces the model (``torch.onnx.export(dynamo=True)`` does): code that sizes a
+    tensor by a value of the batch (its longest text, its number of real boxes) then takes the inputs' padded
+    size instead, so that the exported graph has no shape that depends on the data. Padding is masked, so the
+    outputs at real positions are the same."""
+    return torch.compiler.is_exporting()
 
 
 class Module(nn.Module):

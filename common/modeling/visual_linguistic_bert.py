@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common.logs import get_logger
+from common.modeling.module import exporting
 from common.modeling.nlp.heads import BertOnlyMLMHead, MVRCHead, RelationshipHead
 from common.modeling.nlp.modeling import BertEncoder, BertPooler, LayerNorm, attention_bias, init_bert_weights
 
@@ -148,7 +149,8 @@ class VisualLinguisticBert(nn.Module):
         device = text_vl.device
         text_end = text_mask.sum(1, keepdim=True)
         object_end = text_end + object_mask.sum(1, keepdim=True)
-        length = int(object_end.max()) + 1
+        longest = text_mask.shape[1] + object_mask.shape[1] if exporting() else int(object_end.max())
+        length = longest + 1
         pos = torch.arange(length, device=device).unsqueeze(0)
         is_text = pos < text_end
         is_object = (pos >= text_end) & (pos < object_end)

@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 from common.logs import get_logger
-from common.modeling.module import Module
+from common.modeling.module import Module, exporting
 from common.modeling.nlp.bert_loading import language_pretrained_weights, special_token_ids
 from common.modeling.nlp.modeling import BertPredictionHeadTransform
 
@@ -140,7 +140,8 @@ def pack_text_pair(first_ids, first_tags, first_mask, second_ids, second_tags, s
     first_len = first_mask.sum(-1, keepdim=True)
     second_len = second_mask.sum(-1, keepdim=True)
     num_special = 2 if one_sentence else 3
-    length = int((first_len + second_len).max()) + num_special
+    longest = first_ids.shape[-1] + second_ids.shape[-1] if exporting() else int((first_len + second_len).max())
+    length = longest + num_special
     k = torch.arange(length, device=first_ids.device)
     first_end = 1 + first_len
     second_start = first_end if one_sentence else first_end + 1

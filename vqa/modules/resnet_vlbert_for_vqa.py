@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from common.data.collate import TEXT_PAD
 from common.errors import UserInputError
 from common.modeling.image_encoder import build_image_encoder
+from common.modeling.module import exporting
 from common.modeling.visual_linguistic_bert import VisualLinguisticBert
 from common.modeling.vlbert_module import (VLBertModule, answer_classifier, collect_obj_reps, object_linguistic_embedding,
                                   pack_text_pair, valid_text_mask)
@@ -106,8 +107,9 @@ class ResNetVLBERT(VLBertModule):
     def _logits(self, image, boxes, im_info, question):
         net = self.cfg.NETWORK
         mask = box_mask(boxes)
-        max_len = int(mask.sum(1).max())
-        mask, boxes = mask[:, :max_len], boxes[:, :max_len]
+        if not exporting():
+            max_len = int(mask.sum(1).max())
+            mask, boxes = mask[:, :max_len], boxes[:, :max_len]
         if net.BLIND:
             obj_reps = boxes.new_zeros((*mask.shape, net.IMAGE_FINAL_DIM))
         else:

@@ -18,6 +18,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from common.modeling.module import exporting
+
 # Additive bias for masked keys, as in BERT. exp(-10000) underflows to exactly 0 in fp32, fp16 and bf16, and
 # the value is finite in fp16 (max 65504), so a row whose keys are all masked stays finite (uniform weights)
 # instead of turning into NaN as a -inf mask would.
@@ -224,7 +226,7 @@ class BertEncoder(nn.Module):
         encoded_layers, attention_probs = [], []
         packing = None
         valid = attention_mask[:, 0, 0, :] > MASK_BIAS / 2 if attention_mask.shape[2] == 1 else None
-        if valid is not None and not bool(valid.all()):
+        if valid is not None and not exporting() and not bool(valid.all()):
             packing = Packing(valid)
             hidden_states = pack(hidden_states, packing)
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
