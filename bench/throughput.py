@@ -443,6 +443,7 @@ def main():
                              "--opts NETWORK.IMAGE_VIT_ARCH / IMAGE_VIT_ARCH_KWARGS (default ViT-B/16)")
     parser.add_argument("--padding-cost", action="store_true",
                         help="time ours with the fixed image canvas against ours with per-batch image padding")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures printed as JSON to FILE")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
     parser.add_argument("--worker", choices=["ours", "reference", BATCH_MAX, "both"], help=argparse.SUPPRESS)
     parser.add_argument("--accumulate-run", type=int, default=0, help=argparse.SUPPRESS)
@@ -483,10 +484,17 @@ def main():
     print("{}: {:.2f}x samples/s, peak memory ratio {:.2f}".format(
         "fixed canvas / per-batch padding (ours both)" if args.padding_cost else "ours / reference",
         ref["wall_s"] / ours["wall_s"], ours["peak_mib"] / ref["peak_mib"]))
+    figures = {"device": name, "precision": args.precision, "micro_batch": ours["batch_images"], "k": ours["k"],
+               "steps": args.steps, "matmul_peak_tflops": peak / 1e12,
+               "datasheet_peak_tflops": sheet / 1e12 if sheet else None, "paths": rows, "ratio": ref["wall_s"] / ours["wall_s"], "peak_memory_ratio": ours["peak_mib"] / ref["peak_mib"]}
     if args.accumulate:
         one, many = child(args, "ours", 1, steps=1), child(args, "ours", args.accumulate, steps=1)
         print("accumulation: peak memory k={} {:.0f} MiB, k=1 {:.0f} MiB, ratio {:.3f} (target <= 1.05)".format(
             args.accumulate, many["peak_mib"], one["peak_mib"], many["peak_mib"] / one["peak_mib"]))
+        figures["accumulation_memory_ratio"] = many["peak_mib"] / one["peak_mib"]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,14 @@ memory (CUDA), MFU (model FLOPs 6 N T + 12 L H T^2 per sample, common/flops.py, 
 throughput of a square matmul in the same dtype) and the optimizer-state bytes of bf16 vs fp32 moments.
 
     python bench/vit_step.py [--cfg cfgs/cls/vit_base16_cifar100_1x24G_fp16.yaml] [--precision fp32|fp16|bf16]
-        [--batch 16] [--accum 4] [--rounds 5] [--steps 2] [--device cpu|cuda] [--tiny] [--opts KEY VALUE ...]
+        [--batch 16] [--accum 4] [--rounds 5] [--steps 2] [--device cpu|cuda] [--tiny] [--json FILE]
+        [--opts KEY VALUE ...]
 
 ``--tiny``: a 32 px ViT of 4 blocks of width 96 (the demo's), for a CPU check of the bench itself.
 """
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import sys
@@ -32,6 +34,7 @@ from timm.optim import create_optimizer_v2  # noqa: E402
 from timm.utils import NativeScaler  # noqa: E402
 
 from bench.optim_state import state_bytes  # noqa: E402
+from bench.throughput import datasheet_peak  # noqa: E402
 from cls.task import TASK  # noqa: E402
 from common.engine import build_model, build_precision  # noqa: E402
 from common.flops import dense_weight_count, encoder_train_flops  # noqa: E402
@@ -116,6 +119,7 @@ def main():
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps per side per round")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures printed as JSON to FILE")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[])
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -178,6 +182,17 @@ def main():
         ours / theirs, peak / 1e12, dtype))
     print("optimizer state bf16 / fp32: {:.3f} ({} / {} bytes)".format(
         moments["bfloat16"] / moments["float32"], moments["bfloat16"], moments["float32"]))
+    if args.json:
+        sheet = datasheet_peak(device, args.precision)
+        with open(args.json, "w") as f:
+            json.dump({"arch": cfg.NETWORK.ARCH, "image_size": size, "batch": args.batch, "accum": args.accum,
+                       "precision": args.precision, "device": str(device),
+                       "samples_per_s": {"ours": ours, "timm": theirs}, "ratio": ours / theirs,
+                       "mfu": {"ours": ours * flops / peak, "timm": theirs * flops / peak},
+                       "mfu_sheet": {"ours": ours * flops / sheet, "timm": theirs * flops / sheet} if sheet else None,
+                       "flops_per_sample": flops, "datasheet_peak_tflops": sheet / 1e12 if sheet else None,
+                       "peak_mib": peaks if device.type == "cuda" else None, "matmul_peak_tflops": peak / 1e12,
+                       "optim_state_ratio": moments["bfloat16"] / moments["float32"]}, f, indent=1)
 
 
 if __name__ == "__main__":

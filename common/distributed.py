@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from common.errors import UserInputError
 from common.logs import get_logger
 
 # A collective that waits longer than this raises instead of hanging forever. Long enough for
@@ -23,6 +24,8 @@ DEFAULT_MASTER_PORT = "29500"
 # [20000, 30000): below Linux's ephemeral ports (32768+), and two jobs sharing a node get different
 # ports unless their ids differ by a multiple of 10000.
 SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000
+# The key under which rank 0 stores its SLURM job id in the rendezvous store.
+JOB_KEY = "slurm_job_id"
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -89,6 +92,33 @@ def slurm_job_port(job_id):
     return str(SLURM_PORT_BASE + int(job_id) % SLURM_PORT_SPAN)
 
 
+def job_store(rank, world_size, timeout):
+    """The rendezvous store of a SLURM job: a ``TCPStore`` on MASTER_ADDR:MASTER_PORT that rank 0 serves and
+    tags with SLURM_JOB_ID; every other rank checks the tag, so two jobs given one port never form one group.
+
+    Raises:
+        common.errors.UserInputError: the port is taken (rank 0), or its store belongs to another job (other
+            ranks); the message names the port, both jobs and MASTER_PORT as the way out.
+    """
+    addr, port, job = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), os.environ.get("SLURM_JOB_ID", "")
+    fix = "give this job another port: MASTER_PORT=<a free port in [1024, 32768)>"
+    try:
+        store = dist.TCPStore(addr, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
+    except dist.DistNetworkError as e:
+        if rank == 0 and "address already in use" in str(e).lower():
+            raise UserInputError("port {} on {} is taken (by another job on this node?), so SLURM job {} cannot "
+                                 "start its process group there: {}".format(port, addr, job, fix)) from None
+        raise
+    if rank == 0:
+        store.set(JOB_KEY, job)
+    else:
+        owner = store.get(JOB_KEY).decode()
+        if owner != job:
+            raise UserInputError("rank {} of SLURM job {} reached the process group of SLURM job {} at {}:{} (both "
+                                 "jobs use port {}): {}".format(rank, job, owner, addr, port, port, fix))
+    return store
+
+
 def _scontrol_hostnames(nodelist):
     out = subprocess.check_output(["scontrol", "show", "hostnames", nodelist], text=True)
     return out.split()
@@ -117,7 +147,8 @@ def init_distributed(distributed=True, slurm=False, timeout_s=DEFAULT_TIMEOUT_S)
 
     Rank and world size come from torchrun's variables, or from SLURM's with ``slurm=True``
     (copied into the torchrun names so that later code reads one set; see :func:`slurm_env` for
-    the port). NCCL with CUDA, gloo without; the master address and port are logged. Collectives time out after ``timeout_s`` seconds, so a rank whose peer died
+    the port; under SLURM the ranks meet in :func:`job_store`). NCCL with CUDA, gloo without; the master
+    address and port are logged. Collectives time out after ``timeout_s`` seconds, so a rank whose peer died
     raises instead of hanging; torchrun then stops the remaining ranks and reports the first
     failure (decorate ``main`` with ``torch.distributed.elastic.multiprocessing.errors.record``
     to get its traceback).
@@ -147,9 +178,12 @@ def init_distributed(distributed=True, slurm=False, timeout_s=DEFAULT_TIMEOUT_S)
         # Logged before the group forms: a port already taken (EADDRINUSE) is then named in the log.
         get_logger("distributed").info("process group: %s, %d process(es), master %s port %s", backend,
                                        world_size, os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
-        dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout_s),
-                                device_id=device if backend == "nccl" else None)
+        timeout = datetime.timedelta(seconds=timeout_s)
+        # Under torchrun the ranks meet in its agent's store (env://); under SLURM in a store of our own,
+        # which rank 0 tags with its job id.
+        rendezvous = {"store": job_store(rank, world_size, timeout)} if slurm else {"init_method": "env://"}
+        dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=timeout,
+                                device_id=device if backend == "nccl" else None, **rendezvous)
     return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
 
 

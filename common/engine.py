@@ -228,20 +228,27 @@ def train_net(args, cfg, task):
                       rank=rank, grad_accumulate_steps=train_cfg.GRAD_ACCUMULATE_STEPS,
                       clip_grad_norm=train_cfg.CLIP_GRAD_NORM, max_consecutive_skips=train_cfg.MAX_CONSECUTIVE_SKIPS,
                       logger=logger)
+    preempted = False
     try:
-        with guard:
-            trainer.train(train_cfg.BEGIN_EPOCH, train_cfg.END_EPOCH, state)
-        cdist.barrier()  # all ranks finish before the group is destroyed (a rank leaving early aborts the others)
-    except Preempted:
-        raise SystemExit(PREEMPTED_EXIT_CODE) from None  # the hook logged where it stopped
+        try:
+            with guard:
+                trainer.train(train_cfg.BEGIN_EPOCH, train_cfg.END_EPOCH, state)
+        except Preempted:
+            preempted = True  # the hook logged where it stopped
+        finally:
+            if writer is not None:
+                writer.close()
+        # No rank exits before rank 0 has closed its files: a launcher that stops the job on a rank's exit
+        # (torchrun, srun --kill-on-bad-exit) would kill it halfway.
+        cdist.barrier()
     except TrainingDivergedError as e:
         if rank == 0:
             logger.error("error: %s", e)  # on the console and in the run's log file
         raise SystemExit(DIVERGED_EXIT_CODE) from None
     finally:
-        if writer is not None:
-            writer.close()
         cdist.cleanup()
+    if preempted:
+        raise SystemExit(PREEMPTED_EXIT_CODE)
     logger.info("training done; best %s %.4f at epoch %d", task.host_metric(cfg), validation.best_val,
                 validation.best_epoch)
     if trainer.ctx.stop_reason:

@@ -247,14 +247,18 @@ class TaskPredictor:
         Raises:
             UserInputError: ``boxes`` that are not ``[[x1, y1, x2, y2], ...]``; the box source's errors.
         """
-        if inputs.get("boxes") is not None:
-            try:
-                boxes = torch.tensor(inputs["boxes"], dtype=torch.float32).reshape(-1, 4)
-            except (TypeError, ValueError, RuntimeError):
-                raise UserInputError("{}: 'boxes' must be a list of [x1, y1, x2, y2] rows in pixels, got {!r}".format(
-                    name, inputs["boxes"])) from None
-            return boxes
-        return self.box_source(image, name)
+        if inputs.get("boxes") is None:
+            return self.box_source(image, name)
+        try:
+            boxes = torch.tensor(inputs["boxes"], dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError):
+            boxes = None
+        if boxes is not None and boxes.numel() == 0:
+            return boxes.reshape(0, 4)
+        if boxes is None or boxes.dim() != 2 or boxes.shape[1] != 4:
+            raise UserInputError("{}: 'boxes' must be a list of [x1, y1, x2, y2] rows in pixels, got {!r}".format(
+                name, inputs["boxes"]))
+        return boxes
 
     def item(self, image, inputs, index, name):
         """``(item, context)``: the data set's tuple (``data_names`` order) for one input and what
@@ -274,11 +278,6 @@ class TaskPredictor:
         """One output dict per input from the batch's ``outputs`` (tensors on the CPU, batch first) and the
         inputs' contexts; each has ``predictions`` (see the module docstring)."""
         raise NotImplementedError
-
-    def attention_text(self, item):
-        """The word pieces of an item's text as the model lays it out (``[CLS] ... [SEP]``), for attention maps;
-        None: the task's model has no VL-BERT."""
-        return None
 
 
 class _Collect(DatasetEvaluator):
@@ -352,7 +351,10 @@ class Predictor:
         if task is None:
             task = find_task(_config_dataset(raw), cfg_path)
         elif isinstance(task, str):
-            task = TASKS.get(task)
+            try:
+                task = TASKS.get(task)
+            except KeyError as e:
+                raise UserInputError("--task: {}".format(e.args[0])) from None
         try:
             own = handoff and os.path.samefile(cfg_path, os.path.join(ckpt_path, CONFIG_FILE))
             cfg = handoff_config(ckpt_path, task, list(opts)) if own else task.load_config(cfg_path, list(opts))
@@ -425,8 +427,8 @@ class Predictor:
 
     def attention(self, inp, topk=5):
         """The attention maps of one input: its prediction (as :meth:`__call__`) and the attention of its first
-        VL-BERT sequence (for VCR: the first answer's), in the layout ``pretrain/function/attention_maps.py``
-        writes (``write_raw`` / ``write_maps``).
+        VL-BERT sequence (for VCR: the first choice's; QA2R: of its last forward, the query with answer 3), in
+        the layout ``pretrain/function/attention_maps.py`` writes (``write_raw`` / ``write_maps``).
 
         Returns:
             dict: ``result`` (the prediction), ``probs`` float32 numpy ``[layers, heads, T, T]`` (T = text tokens

@@ -8,11 +8,17 @@ position and raises :class:`Preempted`; the engine exits with :data:`PREEMPTED_E
 
 A second signal, or no step boundary within :data:`STEP_WAIT_S` seconds of the first (a step or a
 validation that does not end, a peer that hangs), exits at once with ``128 + signal number`` and no
-new checkpoint; the log says which.
+new checkpoint; the log says which. The same signal again within :data:`REPEAT_S` seconds is the same
+request: at a time limit SLURM's step daemon and ``srun`` each send SIGTERM to the task (measured 20 ms apart).
+
+SLURM signals every process of a job step, DataLoader workers included; PyTorch's worker handler dies of a
+SIGTERM that its parent did not send. :func:`worker_ignore_stop_signals` (every loader's
+``worker_init_fn``) makes the workers leave the stop to their rank process.
 """
 import os
 import signal
 import threading
+import time
 
 from common.logs import get_logger
 
@@ -22,8 +28,29 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 # Seconds from the first signal to the next step boundary before giving up on the checkpoint;
 # SLURM's --signal=USR1@120 leaves 120 s before SIGKILL for the step, the save and the exit.
 STEP_WAIT_S = 60
+# Seconds within which a repeat of the first signal counts as the same request, not as a second one.
+REPEAT_S = 5
 
 logger = get_logger("preemption")
+
+
+def worker_ignore_stop_signals(worker_id=None):
+    """``worker_init_fn`` of the DataLoaders: this worker ignores :data:`STOP_SIGNALS` sent by anyone but its
+    parent (the rank process stops at the step boundary and shuts its workers down itself).
+
+    SIGUSR1 is ignored. SIGTERM is blocked and taken by a daemon thread (``signal.sigwaitinfo``): from the
+    parent (``multiprocessing``'s ``terminate`` at exit) the worker exits with code 0, as PyTorch's own
+    worker handler does (``torch/csrc/DataLoader.cpp``, ``handler_SIGTERM``); from anyone else it is dropped.
+    """
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # threads started later inherit the mask
+    threading.Thread(target=_take_sigterm, args=(os.getppid(),), name="sigterm", daemon=True).start()
+
+
+def _take_sigterm(parent):
+    while True:
+        if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
+            os._exit(0)
 
 
 class Preempted(Exception):
@@ -46,6 +73,7 @@ class PreemptionGuard:
         self._pid = os.getpid()
         self._previous = {}
         self._timer = None
+        self._since = None
 
     def __enter__(self):
         self._pid = os.getpid()
@@ -64,11 +92,13 @@ class PreemptionGuard:
         if os.getpid() != self._pid:
             return
         name = signal.Signals(signum).name
+        if signum == self.requested and time.monotonic() - self._since < REPEAT_S:
+            return
         if self.requested is not None:
             logger.warning("second stop signal (%s): exiting at once with code %d, without a checkpoint",
                            name, 128 + signum)
             os._exit(128 + signum)
-        self.requested = signum
+        self.requested, self._since = signum, time.monotonic()
         logger.warning("%s received: stopping at the end of this optimizer step, then saving a checkpoint and "
                        "exiting with code %d (a second signal, or no step end within %g s, exits at once)",
                        name, PREEMPTED_EXIT_CODE, self.wait_s)

@@ -3,7 +3,8 @@
     python scripts/predict.py --cfg CFG --ckpt CKPT --image photo.jpg [--question "what colour is the cat ?"] \
         [--answers A B C D] [--rationales R1 R2 R3 R4] [--expression TEXT] [--caption "a [MASK] on a bench"] \
         [--box-source grid|detector|file --grid 4x4 --detector-weights F --box-file F] [--feature-weights F] \
-        [--topk 5] [--json out.json] [--attention DIR] [--device cpu] [--batch-size 8] [--opts KEY VALUE ...]
+        [--topk 5] [--json out.json] [--attention DIR] [--device cpu] [--threads N] [--batch-size 8] \
+        [--opts KEY VALUE ...]
     python scripts/predict.py --cfg CFG --ckpt CKPT --images FOLDER [--questions questions.json] --json out.json
 
 The task is the one whose data set the config names (``--task`` to say it). ``--questions`` is a JSON list of
@@ -24,6 +25,7 @@ import json
 import os
 import sys
 
+import torch
 from PIL import Image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,6 +78,7 @@ def parse_args(argv=None):
     parser.add_argument("--json", help="write the predictions to this JSON file")
     parser.add_argument("--attention", help="also write the attention maps of each input into this folder")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's; 1 on a busy machine)")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
     args = parser.parse_args(argv)
     if args.questions and not args.images:
@@ -169,6 +172,8 @@ def write_attention(predictor, inp, out, ckpt):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     inputs = read_inputs(args)
     predictor = Predictor.from_checkpoint(args.cfg, args.ckpt, device=args.device, opts=args.opts,
                                           feature_weights=args.feature_weights, box_source=box_source(args),

@@ -9,6 +9,8 @@
 #                                                 (scripts/run_demo_own_images.sh)
 #          scripts/run_demo.sh attention [extra args]   attention maps of the VCR demo checkpoint on the demo
 #                                                       photographs (scripts/run_demo_attention.sh)
+#          scripts/run_demo.sh web [serve_demo.py args]   a web page on the VQA demo checkpoint (trained first
+#                                                         when missing; scripts/run_demo_web.sh); prints the URL
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -23,7 +25,7 @@ mkdir -p model/pretrained_model
 ln -sfn "$BERT_DIR" model/pretrained_model/all-MiniLM-L6-v2
 # The other demos, each in its own script.
 case "${1:-}" in
-    vqa|cls|attention) demo=$1 ;;
+    vqa|cls|attention|web) demo=$1 ;;
     own) demo=own_images ;;
     *) demo= ;;
 esac

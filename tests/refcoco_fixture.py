@@ -25,6 +25,8 @@ import zipfile
 import numpy as np
 from PIL import Image
 
+from tests.tiny_vcr import HIDDEN
+
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "left", "right", "box", "small", "red", "one",
          "tall", "big", "on"]
 IMAGES = {1: (40, 30), 2: (20, 50)}
@@ -33,6 +35,8 @@ REFS = [(1, 11, "train", ["the left box", "small red one"]), (2, 12, "val", ["ri
         (3, 21, "testA", ["the tall one"]), (4, 12, "testB", ["big box on the right"])]
 DETECTIONS = [(1, [3, 3, 10, 8]), (1, [0, 0, 5, 5])]
 VG = {1: [[1, 1, 20, 20]], 2: [[0, 0, 5, 5], [1, 1, 9, 9]]}
+# Image sets of the tiny runs: training on 4 expressions (train 2, testA 1, testB 1), validation on all 5.
+TRAIN_SET, VAL_SET = "train+testA+testB", "train+val+test"
 
 
 def refs_list():
@@ -97,3 +101,25 @@ def write_refcoco(root, refs=None):
 def ids(text):
     """Word-piece ids of ``text`` in :data:`VOCAB` (every word is one piece)."""
     return [VOCAB.index(w) for w in text.split()]
+
+
+def tiny_opts(tiny_vcr, data, pretrain, **changes):
+    """``--opts`` of a paper config made tiny: the tiny VCR runs' BERT and ResNet-18, the pretraining checkpoint
+    ``pretrain``,
+    2 epochs of 1-image micro-batches, the fixture's splits; ``changes`` (``TRAIN__END_EPOCH=1``) override."""
+    values = {
+        "DATASET.DATASET_PATH": data, "DATASET.TRAIN_IMAGE_SET": TRAIN_SET, "DATASET.VAL_IMAGE_SET": VAL_SET,
+        "NETWORK.BERT_MODEL_NAME": tiny_vcr.bert, "NETWORK.IMAGE_PRETRAINED": tiny_vcr.resnet,
+        "NETWORK.PARTIAL_PRETRAIN": pretrain, "SCALES": [32, 48], "NUM_WORKERS_PER_GPU": 0,
+        "LOG_FREQUENT": 1, "NETWORK.IMAGE_NUM_LAYERS": 18, "NETWORK.IMAGE_C5_DILATED": False,
+        "NETWORK.IMAGE_ROI_POOLED_SIZE": 4, "NETWORK.IMAGE_FINAL_DIM": HIDDEN, "NETWORK.VLBERT.hidden_size": HIDDEN,
+        "NETWORK.VLBERT.visual_size": HIDDEN, "NETWORK.VLBERT.num_hidden_layers": 2,
+        "NETWORK.VLBERT.num_attention_heads": 2, "NETWORK.VLBERT.intermediate_size": 64,
+        "NETWORK.VLBERT.max_position_embeddings": 128, "NETWORK.VLBERT.vocab_size": tiny_vcr.vocab_size,
+        "TRAIN.BATCH_IMAGES": 1, "TRAIN.END_EPOCH": 2, "TRAIN.WARMUP_STEPS": 2, "VAL.BATCH_IMAGES": 2,
+        "TEST.BATCH_IMAGES": 2}
+    values.update({k.replace("__", "."): v for k, v in changes.items()})
+    out = []
+    for key, value in values.items():
+        out += [key, value if isinstance(value, str) else json.dumps(value)]
+    return out

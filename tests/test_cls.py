@@ -16,6 +16,7 @@ from PIL import Image
 from common.data.samplers import SampleKey
 from common.safe_load import UnreadableFileError
 from tests.conftest import ROOT
+from tests.tiny_cls import TINY_VIT, opts as tiny_opts
 from tests.tiny_vcr import run_script, tensorboard_scalars_in
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -23,10 +24,6 @@ import make_cls_demo_data  # noqa: E402
 from cls.data.augment import build_augment, erasing_probability  # noqa: E402
 from cls.data.datasets import CIFAR10, CIFAR100, ImageFolder  # noqa: E402
 from cls.task import TASK  # noqa: E402
-
-TINY_VIT = ["NETWORK.ARCH", "vit_tiny_patch16_224", "NETWORK.ARCH_KWARGS",
-            "[['img_size', 32], ['patch_size', 8], ['embed_dim', 24], ['depth', 1], ['num_heads', 2]]",
-            "DATASET.IMAGE_SIZE", "32"]
 
 
 def _eval_cfg(**opts):
@@ -129,12 +126,7 @@ def test_augmentation_depends_on_the_sample_key_only():
 def test_shipped_config_trains_two_steps_then_validates_and_tests(tmp_path, cfg_name):
     data = make_cls_demo_data.write(str(tmp_path / "data"), train=15, test=10)
     cfg = os.path.join(ROOT, "cfgs", "cls", cfg_name + ".yaml")
-    # The config's own batch layout, 8 images per step: 2 x 4 (the GPU recipes) or 8 x 1 (the demo).
-    batch = ["TRAIN.BATCH_IMAGES", "2"] if "1x24G" in cfg_name else ["TRAIN.BATCH_IMAGES", "8"]
-    opts = TINY_VIT + batch + [
-        "DATASET.DATASET", "cifar10", "DATASET.DATASET_PATH", data, "NETWORK.NUM_CLASSES", "10",
-        "NUM_WORKERS_PER_GPU", "0", "TRAIN.END_EPOCH", "1", "VAL.BATCH_IMAGES", "5", "TEST.BATCH_IMAGES", "5",
-        "TRAIN.WARMUP_STEPS", "1"]
+    opts = tiny_opts(data, cfg_name)
     # 15 training images, 8 per step: 2 optimizer steps (the second on 7 images).
     code = run_script(os.path.join(ROOT, "cls", "train_end2end.py"),
                       ["--cfg", cfg, "--model-dir", str(tmp_path), "--opts"] + opts)

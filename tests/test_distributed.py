@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 
 from common import distributed as cdist
 from common.data.samplers import DistributedSampler, InferenceSampler
+from tests.faults import harness
 from tests.tiny_vcr import ACCUMULATION_OPTS, CFG, ENTRY, LAUNCH_ENV, ROOT, checkpoint
 
 
@@ -189,32 +190,12 @@ def test_failing_rank_stops_the_job_with_its_error(tmp_path, tiny_vcr):
     assert time.time() - tic < 180  # ended by torchrun, not by a collective's timeout
 
 
-def _fake_slurm(tmp_path):
-    """``srun`` that starts --ntasks local copies of the command with SLURM variables, and ``scontrol``."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "srun").write_text(
-        "#!/usr/bin/env bash\n"
-        "echo \"srun $*\" > \"$(dirname \"$0\")/srun_args\"\n"
-        "n=1\n"
-        "while [ $# -gt 0 ]; do case \"$1\" in --ntasks=*) n=${1#--ntasks=}; shift;; -p) shift 2;;"
-        " -*) shift;; *) break;; esac; done\n"
-        "pids=()\n"
-        "for ((i=0; i<n; i++)); do SLURM_PROCID=$i SLURM_NTASKS=$n SLURM_LOCALID=$i SLURM_NODELIST='node[1]' \"$@\" &"
-        " pids+=($!); done\n"
-        "rc=0; for p in \"${pids[@]}\"; do wait $p || rc=$?; done; exit $rc\n")
-    (bin_dir / "scontrol").write_text("#!/bin/sh\necho 127.0.0.1\n")
-    for f in ("srun", "scontrol"):
-        (bin_dir / f).chmod(0o755)
-    return bin_dir
-
-
 @pytest.mark.slow
 def test_dist_run_slurm_two_tasks(tmp_path, tiny_vcr):
-    bin_dir = _fake_slurm(tmp_path)
+    bin_dir = harness.fake_slurm(tmp_path)
     # PY_ARGS is a word list: an empty value is written as the literal "" (the config parser reads it as '')
     opts = " ".join(o or '""' for o in tiny_vcr.opts())
-    env = dict(os.environ, PATH="{}:{}".format(bin_dir, os.environ["PATH"]), GPUS_PER_NODE="2",
+    env = dict(os.environ, PATH="{}:{}".format(bin_dir, os.environ["PATH"]), GPUS_PER_NODE="2", FAKE_GRES="gpu:8",
                MASTER_PORT=str(free_port()), PY_ARGS="--opts " + opts, **LAUNCH_ENV)
     proc = subprocess.run([_script("dist_run_slurm.sh"), "part", "job", ENTRY, CFG, str(tmp_path / "w"), "2"],
                           env=env, capture_output=True, text=True, timeout=600)
@@ -246,7 +227,7 @@ def test_two_slurm_jobs_on_one_node_use_different_ports(tmp_path):
     procs = []
     for (job, _), name in zip(jobs, "ab"):
         (tmp_path / name).mkdir()
-        env = dict(os.environ, PATH="{}:{}".format(_fake_slurm(tmp_path / name), os.environ["PATH"]),
+        env = dict(os.environ, PATH="{}:{}".format(harness.fake_slurm(tmp_path / name), os.environ["PATH"]),
                    GPUS_PER_NODE="2", SLURM_JOB_ID=str(job), **LAUNCH_ENV)
         env.pop("MASTER_PORT", None)
         procs.append(subprocess.Popen(
@@ -258,6 +239,62 @@ def test_two_slurm_jobs_on_one_node_use_different_ports(tmp_path):
         assert sorted(re.findall(r"job {} rank (\d): ranks \[0, 1\]".format(job), out)) == ["0", "1"], out
         assert re.findall(r"process group: gloo, 2 process\(es\), master 127.0.0.1 port (\d+)", out) == [str(port)] * 2
     assert jobs[0][1] != jobs[1][1] and all(20000 <= port < 30000 for _, port in jobs)
+
+
+def _slurm_group(tmp_path, name, job, **env):
+    """dist_run_slurm.sh running tests/slurm_group.py as SLURM job ``job`` on the fake srun (no NTASKS
+    argument: the allocation's SLURM_NTASKS); returns the Popen (output in .stdout)."""
+    (tmp_path / name).mkdir()
+    full_env = dict(os.environ, PATH="{}:{}".format(harness.fake_slurm(tmp_path / name), os.environ["PATH"]),
+                    SLURM_JOB_ID=str(job), SLURM_NTASKS="2", SLURM_CPUS_PER_TASK="1", **LAUNCH_ENV)
+    for key in ("MASTER_PORT", "OMP_NUM_THREADS"):
+        full_env.pop(key, None)
+    full_env.update(env)
+    return subprocess.Popen([_script("dist_run_slurm.sh"), "part", name, os.path.join(ROOT, "tests", "slurm_group.py"),
+                             CFG, str(tmp_path / name / "w")], env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def test_slurm_launcher_on_cpu_and_gpu_partitions(tmp_path):
+    # a CPU partition (sinfo lists no GRES): no --gres, the allocation's tasks and CPUs, 1 thread per task
+    job, _ = _job_on_a_free_port([])
+    proc = _slurm_group(tmp_path, "cpu", job)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    assert (tmp_path / "cpu" / "bin" / "srun_args").read_text().startswith(
+        "srun -p part --job-name=cpu --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --kill-on-bad-exit=1 ")
+    assert sorted(re.findall(r"rank (\d): ranks \[0, 1\], 1 threads", out)) == ["0", "1"], out
+    # a GPU partition: one GPU per task; the user's OMP_NUM_THREADS stays
+    proc = _slurm_group(tmp_path, "gpu", job, FAKE_GRES="gpu:8(S:0-1)", OMP_NUM_THREADS="2")
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    assert " --gres=gpu:2 --ntasks=2 " in (tmp_path / "gpu" / "bin" / "srun_args").read_text()
+    assert sorted(re.findall(r"rank (\d): ranks \[0, 1\], 2 threads", out)) == ["0", "1"], out
+
+
+def test_two_slurm_jobs_on_one_port_fail_cleanly_without_joining(tmp_path):
+    """Job ids 10000 apart give one port: the second job's ranks must not join the first job's group
+    (its rank 1 reaches the first job's store, which names another job) and end with one error line."""
+    job, port = _job_on_a_free_port([])
+    # the first job's rank 1 joins once the second job has ended: the second job's rank 1 reaches the store first
+    first = _slurm_group(tmp_path, "first", job, GROUP_DELAY="1:{}".format(tmp_path / "go"))
+    deadline = time.time() + 120
+    while True:  # the first job's rank 0 serves the port
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        assert time.time() < deadline and first.poll() is None, first.communicate()[0]
+        time.sleep(0.2)
+    second = _slurm_group(tmp_path, "second", job + 10000)
+    out2 = second.communicate(timeout=300)[0]
+    (tmp_path / "go").touch()
+    out1 = first.communicate(timeout=300)[0]
+    assert first.returncode == 0, out1
+    assert sorted(re.findall(r"job {} rank (\d): ranks \[0, 1\]".format(job), out1)) == ["0", "1"], out1
+    assert second.returncode == 2, out2
+    assert "ranks [" not in out2 and "Traceback" not in out2, out2
+    errors = [line for line in out2.splitlines() if line.startswith("error:")]
+    assert errors and all(str(port) in e and str(job + 10000) in e and "MASTER_PORT" in e for e in errors), out2
 
 
 @pytest.mark.slow

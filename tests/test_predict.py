@@ -131,6 +131,8 @@ def test_bad_vqa_inputs_are_named(vqa_run, vqa_predictor, tmp_path):
         vqa_predictor({"image": image, "question": "  "})
     with pytest.raises(UserInputError, match=r"'question' is missing"):
         vqa_predictor({"image": image})
+    with pytest.raises(UserInputError, match=r"'boxes' must be a list of \[x1, y1, x2, y2\] rows"):
+        vqa_predictor({"image": image, "question": "what?", "boxes": [1, 2, 3, 4]})
     kept = vqa_predictor([{"image": image, "question": ""}, {"image": image, "question": "how many?"}], strict=False)
     assert "error" in kept[0] and "predictions" not in kept[0] and kept[1]["predictions"]
 
@@ -433,6 +435,12 @@ def test_predict_py_writes_the_json_layout_and_the_table(vqa_run, vqa_predictor,
     assert many[1].get("predictions") == expected["predictions"], many[1]
     assert "'question' must be non-empty text" in many[2]["error"]
     assert "2 of 3 input(s) could not be read" in err
+    # Without --questions: every image of the folder (sorted) with the one --question.
+    code, _, err = _predict_cli(argv + ["--images", str(folder), "--question", question["question"], "--json",
+                                        str(tmp_path / "all.json"), "--opts"] + vqa_run["opts"], capsys)
+    every = json.load(open(tmp_path / "all.json"))
+    assert code == 2 and [os.path.basename(e["image"]) for e in every] == sorted(["broken.jpg", name])
+    assert every[sorted(["broken.jpg", name]).index(name)]["predictions"] == expected["predictions"]
 
 
 def test_predict_py_stops_on_a_bad_file_with_one_error_line(vqa_run, tmp_path, capsys):

@@ -26,14 +26,13 @@ from yacs.config import CfgNode
 
 from common.config_keys import leaf_keys
 from tests.conftest import ROOT
-from tests.refcoco_fixture import write_refcoco
-from tests.tiny_vcr import HIDDEN, LAUNCH_ENV, run_script
+from tests.refcoco_fixture import VAL_SET, tiny_opts, write_refcoco
+from tests.tiny_vcr import LAUNCH_ENV, run_script
 
 CFGS = os.path.join(ROOT, "cfgs", "refcoco")
 PAPER_CFGS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(CFGS, "*_4x16G.yaml")))
 REFERENCE = json.load(open(os.path.join(ROOT, "tests", "data", "reference_configs.json")))
-# Fixture splits: train 2 expressions, val 1, testA 1, testB 1.
-TRAIN_SET, VAL_SET = "train+testA+testB", "train+val+test"
+# Fixture splits: train 2 expressions, val 1, testA 1, testB 1 (TRAIN_SET, VAL_SET of tests/refcoco_fixture.py).
 TRAIN_ITEMS, VAL_ITEMS = 4, 5
 
 
@@ -66,28 +65,6 @@ def pretrain_file(tiny_vcr, data, tmp_path_factory):
     path = str(tmp_path_factory.mktemp("refcoco_pretrain") / "vl-bert-tiny-e2e.model")
     torch.save({"state_dict": state}, path)
     return path
-
-
-def tiny_opts(tiny_vcr, data, pretrain, **changes):
-    """``--opts`` of a paper config made tiny: the tiny VCR runs' BERT and ResNet-18, the pretraining checkpoint
-    ``pretrain``,
-    2 epochs of 1-image micro-batches, the fixture's splits; ``changes`` (``TRAIN__END_EPOCH=1``) override."""
-    values = {
-        "DATASET.DATASET_PATH": data, "DATASET.TRAIN_IMAGE_SET": TRAIN_SET, "DATASET.VAL_IMAGE_SET": VAL_SET,
-        "NETWORK.BERT_MODEL_NAME": tiny_vcr.bert, "NETWORK.IMAGE_PRETRAINED": tiny_vcr.resnet,
-        "NETWORK.PARTIAL_PRETRAIN": pretrain, "SCALES": [32, 48], "NUM_WORKERS_PER_GPU": 0,
-        "LOG_FREQUENT": 1, "NETWORK.IMAGE_NUM_LAYERS": 18, "NETWORK.IMAGE_C5_DILATED": False,
-        "NETWORK.IMAGE_ROI_POOLED_SIZE": 4, "NETWORK.IMAGE_FINAL_DIM": HIDDEN, "NETWORK.VLBERT.hidden_size": HIDDEN,
-        "NETWORK.VLBERT.visual_size": HIDDEN, "NETWORK.VLBERT.num_hidden_layers": 2,
-        "NETWORK.VLBERT.num_attention_heads": 2, "NETWORK.VLBERT.intermediate_size": 64,
-        "NETWORK.VLBERT.max_position_embeddings": 128, "NETWORK.VLBERT.vocab_size": tiny_vcr.vocab_size,
-        "TRAIN.BATCH_IMAGES": 1, "TRAIN.END_EPOCH": 2, "TRAIN.WARMUP_STEPS": 2, "VAL.BATCH_IMAGES": 2,
-        "TEST.BATCH_IMAGES": 2}
-    values.update({k.replace("__", "."): v for k, v in changes.items()})
-    out = []
-    for key, value in values.items():
-        out += [key, value if isinstance(value, str) else json.dumps(value)]
-    return out
 
 
 def run(args):

@@ -227,8 +227,9 @@ def _vocabulary(data):
     return SPECIAL_TOKENS + sorted(words - set(SPECIAL_TOKENS))
 
 
-def _bert_folder(folder, vocab):
-    """vocab.txt, bert_config.json and pytorch_model.bin of a random 2-layer BERT of :data:`TINY_OPTS`."""
+def _bert_folder(folder, vocab, **arch_changes):
+    """vocab.txt, bert_config.json and pytorch_model.bin of a random 2-layer BERT of :data:`TINY_OPTS`, or of
+    another architecture with ``arch_changes`` (``hidden_size=384``: bert_config.json's keys)."""
     from pytorch_pretrained_bert.modeling import BertConfig, BertModel
 
     os.makedirs(folder)
@@ -237,6 +238,7 @@ def _bert_folder(folder, vocab):
     arch = {"vocab_size": len(vocab), "hidden_size": HIDDEN, "num_hidden_layers": 2, "num_attention_heads": 2,
             "intermediate_size": 64, "hidden_act": "gelu", "max_position_embeddings": 128, "type_vocab_size": 2,
             "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02}
+    arch.update(arch_changes)
     with open(os.path.join(folder, "bert_config.json"), "w") as f:
         json.dump(arch, f)
     torch.manual_seed(0)

@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from common.logs import get_logger
+from common.preemption import worker_ignore_stop_signals
 from common.registry import Registry
 
 from .collate import BatchCollator, canvas_scales
@@ -65,7 +66,8 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None, batch
 
     The dataset receives ``SampleKey(index, epoch, max(RNG_SEED, 0))`` items (epoch 0 in
     evaluation) and draws its random augmentation from ``key.generator()``: a flip depends on
-    the seed, the epoch and the sample only, never on the worker, the rank count or a resume.
+    the seed, the epoch and the sample only, never on the worker, the rank count or a resume. Workers leave
+    SIGTERM and SIGUSR1 to their rank process (:func:`common.preemption.worker_ignore_stop_signals`).
 
     Args:
         cfg: frozen CfgNode of the task.
@@ -102,4 +104,5 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None, batch
                       collate_fn=BatchCollator(dataset.data_names, pad_values=getattr(dataset, "pad_values", None),
                                                append_ind=cfg.DATASET.APPEND_INDEX, scales=canvas_scales(cfg),
                                                extras=getattr(dataset, "batch_extras", None)),
-                      pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
+                      pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0,
+                      worker_init_fn=worker_ignore_stop_signals)

@@ -26,6 +26,8 @@ matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from common.drawing import painted_regions, thumbnail  # noqa: E402
+
 AXES = ("[layers, heads, query token, key token]: row [l, h, q] holds the attention probabilities of token q "
         "over all tokens in layer l, head h (sums to 1)")
 # Longest side of the image in the figures, pixels (smaller is faster to paint, larger shows more).
@@ -51,29 +53,12 @@ def write_raw(out, image_id, probs, record):
     return stem + ".npy"
 
 
-def _thumbnail(image, boxes):
-    """(RGB uint8 array of at most THUMBNAIL px a side, boxes [R, 4] in its pixels)."""
-    scale = min(1.0, THUMBNAIL / max(image.size))
-    small = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
-    return np.asarray(small.convert("RGB")), np.asarray(boxes, dtype=np.float64) * scale
-
-
 def _outline(ax, boxes, numbers=False, color="white"):
     for k, (x1, y1, x2, y2) in enumerate(boxes):
         ax.add_patch(matplotlib.patches.Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, color=color, lw=0.8))
         if numbers:
             ax.text(x1 + 2, y1 + 2, str(k), color="black", fontsize=7, va="top",
                     bbox=dict(facecolor="yellow", alpha=0.8, pad=0.5, lw=0))
-
-
-def _painted(shape, boxes, values):
-    """[h, w] map: each box's area painted with its value, smaller boxes on top (so every box shows)."""
-    heat = np.zeros(shape[:2])
-    areas = (boxes[:, 2] - boxes[:, 0] + 1) * (boxes[:, 3] - boxes[:, 1] + 1)
-    for k in np.argsort(-areas, kind="stable"):
-        x1, y1, x2, y2 = (int(round(v)) for v in boxes[k])
-        heat[y1:y2 + 1, x1:x2 + 1] = values[k]
-    return heat
 
 
 def _grid(panels, columns, panel_size):
@@ -126,7 +111,7 @@ def summary_figure(path, title, thumb, boxes, values, words):
     vmax = float(values.max()) or 1.0
     for ax, word, row in zip(axes, words, values):
         ax.imshow(thumb)
-        heat = ax.imshow(_painted(thumb.shape, boxes, row), cmap="inferno", alpha=0.6, vmin=0.0, vmax=vmax)
+        heat = ax.imshow(painted_regions(thumb.shape, boxes, row), cmap="inferno", alpha=0.6, vmin=0.0, vmax=vmax)
         _outline(ax, boxes)
         ax.set_title(word, fontsize=9)
         ax.axis("off")
@@ -145,7 +130,8 @@ def write_maps(out, image_id, probs, tokens, text, regions, image, boxes):
     """
     folder = os.path.join(out, "maps", file_stem(image_id))
     os.makedirs(folder, exist_ok=True)
-    thumb, small_boxes = _thumbnail(image, boxes)
+    thumb, small_boxes = thumbnail(image, boxes, THUMBNAIL)
+    thumb = np.asarray(thumb)
     t, r = slice(*text), slice(*regions)
     words, region_labels = tokens[t], [str(k) for k in range(regions[1] - regions[0])]
     paths = []

@@ -1,6 +1,7 @@
 """Running the tiny task (tests/faults/tiny_task.py) with faults, and comparing whole training states."""
 import math
 import os
+import pathlib
 import subprocess
 
 import torch
@@ -28,6 +29,16 @@ def launch(cfg, model_dir, faults=None, opts=(), nprocs=1, **popen):
         cmd += ["--opts"] + [str(o) for o in opts]
     env = dict(os.environ, **{k: str(v) for k, v in (faults or {}).items()})
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def fake_slurm(folder):
+    """A folder of links to tests/fake_slurm's ``srun``, ``scontrol`` and ``sinfo`` (put it first in PATH);
+    they write their records (``srun_args``, ``requeued``) into it."""
+    bin_dir = pathlib.Path(folder) / "bin"
+    bin_dir.mkdir()
+    for name in ("srun", "scontrol", "sinfo"):
+        (bin_dir / name).symlink_to(os.path.join(ROOT, "tests", "fake_slurm", name))
+    return bin_dir
 
 
 def run(cfg, model_dir, timeout=120, **kwargs):

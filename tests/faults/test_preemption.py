@@ -3,13 +3,16 @@ ranks, or during validation: the run saves the position where every rank stopped
 PREEMPTED_EXIT_CODE, and TRAIN.AUTO_RESUME then ends bit for bit where an uninterrupted run ends.
 A second signal exits at once, without a checkpoint.
 """
+import multiprocessing
 import os
 import signal
 import subprocess
+import time
 
 import pytest
+import torch
 
-from common.preemption import PREEMPTED_EXIT_CODE
+from common.preemption import PREEMPTED_EXIT_CODE, worker_ignore_stop_signals
 from tests.conftest import ROOT
 from tests.faults import harness, tiny_task
 
@@ -87,16 +90,7 @@ def test_signal_on_one_of_two_ranks_stops_both_at_one_step(tiny_cfg, tmp_path):
 
 @pytest.mark.slow
 def test_slurm_launcher_requeues_a_preempted_job(tiny_cfg, tmp_path):
-    # a fake srun running one task with SLURM's variables, a fake scontrol recording a requeue
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "srun").write_text(
-        "#!/usr/bin/env bash\nwhile [ $# -gt 0 ]; do case \"$1\" in -p) shift 2;; -*) shift;; *) break;; esac; done\n"
-        "SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0 SLURM_NODELIST=node1 exec \"$@\"\n")
-    (bin_dir / "scontrol").write_text(
-        "#!/bin/sh\nif [ \"$1\" = requeue ]; then echo \"$*\" > \"$(dirname \"$0\")/requeued\"; else echo 127.0.0.1; fi\n")
-    for name in ("srun", "scontrol"):
-        (bin_dir / name).chmod(0o755)
+    bin_dir = harness.fake_slurm(tmp_path)  # srun with SLURM's variables, scontrol recording a requeue
     env = dict(os.environ, PATH="{}:{}".format(bin_dir, os.environ["PATH"]), SLURM_JOB_ID="4242",
                FAULT_SIGNAL_AT_BATCH="3:USR1")
     proc = subprocess.run([os.path.join(ROOT, "scripts", "dist_run_slurm.sh"), "part", "job", tiny_task.SCRIPT,
@@ -106,3 +100,22 @@ def test_slurm_launcher_requeues_a_preempted_job(tiny_cfg, tmp_path):
     assert "preempted: checkpoint saved; requeueing job 4242" in proc.stderr
     assert (bin_dir / "requeued").read_text().strip() == "requeue 4242"
     assert harness.checkpoint_names(tmp_path / "w") == ["tiny-0000-b0000004.model"]
+
+
+def test_dataloader_workers_outlive_a_stop_signal_from_anyone_but_their_parent():
+    # SLURM signals every process of the step: the workers must keep serving their rank
+    loader = torch.utils.data.DataLoader(list(range(8)), num_workers=2, persistent_workers=True,
+                                         worker_init_fn=worker_ignore_stop_signals)
+    it = iter(loader)
+    seen = [int(next(it))]
+    workers = multiprocessing.active_children()
+    assert len(workers) == 2
+    for sig in ("TERM", "USR1"):  # kill(1): another process, as SLURM's step daemon
+        subprocess.run(["kill", "-s", sig] + [str(w.pid) for w in workers], check=True)
+    time.sleep(0.5)
+    seen += [int(x) for x in it]
+    assert seen == list(range(8)) and all(w.is_alive() for w in workers)
+    os.kill(workers[0].pid, signal.SIGTERM)  # from the parent (multiprocessing's terminate at exit): gone
+    workers[0].join(10)
+    assert workers[0].exitcode == 0
+    del it, loader

@@ -15,15 +15,20 @@ Faults for the tests, from environment variables or :func:`install_faults` (coun
     FAULT_KILL_AT_BATCH=n       SIGKILL at the start of the n-th training micro-batch
     FAULT_SIGNAL_AT_BATCH=n:SIG send SIG (TERM, USR1) to itself at the start of the n-th training micro-batch;
                                 several n:SIG pairs, comma-separated, send several
+    FAULT_SIGNAL_STEP_AT_BATCH=n:SIG  send SIG (through kill(1)) to every rank listed in FAULT_PID_DIR and to
+                                all their child processes (DataLoader workers), as SLURM signals a job step
     FAULT_DIE_RANK=r            ... only on rank r (default: whatever the rank)
     FAULT_KILL_AT_VAL_BATCH=n   SIGKILL at the n-th validation batch
     FAULT_SIGNAL_AT_VAL_BATCH=n:SIG  send SIG to itself at the n-th validation batch
     FAULT_KILL_IN_SAVE=n        SIGKILL halfway through writing the n-th checkpoint file
     FAULT_SAVE_ERROR=ENOSPC:n   from the n-th checkpoint file on, writing fails: ENOSPC (the device is
                                 full after 1 kB of the file) or EACCES (the folder refuses new files)
+    FAULT_SLOW_BATCH_S=s        each training micro-batch takes s more seconds (time to signal a run); in a
+                                SLURM job only in its first run (SLURM_RESTART_COUNT unset)
     FAULT_NAN_FROM_BATCH=n      the loss is NaN from the n-th training micro-batch on
     FAULT_RSS_LOG=path          append "<micro-batch> <peak RSS in KiB>" every 100 training micro-batches
     FAULT_PID_DIR=folder        write this process's pid to <folder>/<rank>.pid
+    FAULT_CLOSE_DELAY_S=s       closing the TensorBoard writer (rank 0, the end of train_net) takes s more seconds
     FAULT_SAMPLE_LOG=path       append "<epoch> <index>" of each training sample loaded to <path>.<rank>
 """
 import errno
@@ -31,12 +36,15 @@ import io
 import os
 import resource
 import signal
+import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import torch  # noqa: E402
+from tensorboardX import SummaryWriter  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
@@ -197,6 +205,13 @@ def on_train_batch(n):
         if n == _fault_int("FAULT_KILL_AT_BATCH"):
             os.kill(os.getpid(), signal.SIGKILL)
         _send_signals("FAULT_SIGNAL_AT_BATCH", n)
+        for pair in filter(None, FAULTS.get("FAULT_SIGNAL_STEP_AT_BATCH", "").split(",")):
+            at, sig = pair.split(":")
+            if int(at) == n:
+                # from another process, as SLURM's step daemon: a worker exits on its parent's SIGTERM
+                subprocess.run(["kill", "-s", sig] + [str(p) for p in _step_pids(FAULTS["FAULT_PID_DIR"])], check=True)
+    if "FAULT_SLOW_BATCH_S" in FAULTS and "SLURM_RESTART_COUNT" not in os.environ:
+        time.sleep(float(FAULTS["FAULT_SLOW_BATCH_S"]))
     if "FAULT_RSS_LOG" in FAULTS and n % 100 == 0:
         with open(FAULTS["FAULT_RSS_LOG"], "a") as f:
             f.write("{} {}\n".format(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
@@ -208,6 +223,15 @@ def _send_signals(name, n):
         at, sig = pair.split(":")
         if int(at) == n:
             os.kill(os.getpid(), getattr(signal, "SIG" + sig))
+
+
+def _step_pids(pid_dir):
+    """The pids of the ranks in ``pid_dir`` (FAULT_PID_DIR) and of all their descendants, from /proc."""
+    pids = [int(open(os.path.join(pid_dir, f)).read()) for f in sorted(os.listdir(pid_dir)) if f.endswith(".pid")]
+    for pid in pids:  # the list grows while it is walked: children, then theirs
+        with open("/proc/{0}/task/{0}/children".format(pid)) as f:
+            pids += [int(c) for c in f.read().split()]
+    return pids
 
 
 class _FullDevice(io.FileIO):
@@ -263,6 +287,13 @@ def install_faults(faults, patch=setattr):
     if "FAULT_SAVE_ERROR" in faults:
         patch(tempfile, "mkstemp", mkstemp)
         patch(safe_write.os, "fdopen", fdopen)
+    if "FAULT_CLOSE_DELAY_S" in faults:
+        real_close = SummaryWriter.close
+
+        def slow_close(writer):
+            time.sleep(float(faults["FAULT_CLOSE_DELAY_S"]))
+            real_close(writer)
+        patch(SummaryWriter, "close", slow_close)
     if "FAULT_PID_DIR" in faults:
         with open(os.path.join(faults["FAULT_PID_DIR"], "{}.pid".format(os.environ.get("RANK", 0))), "w") as f:
             f.write(str(os.getpid()))

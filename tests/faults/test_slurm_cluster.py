@@ -1,0 +1,173 @@
+"""scripts/dist_run_slurm.sh on a real one-node SLURM (scripts/slurm_local.sh; slow, --runslow).
+
+Jobs of 2 tasks of the tiny task with 2 DataLoader workers each, submitted with sbatch as docs/slurm.md
+shows, stopped the ways a cluster stops them: ``scancel --signal=USR1`` / ``--signal=TERM``,
+``scontrol requeue``, ``scancel`` (saved, not requeued), a time limit with ``--signal=USR1@60`` and
+``--signal=B:USR1@60``, and two jobs at once. Each job must come back exactly once per stop, resume at the step where it stopped, and end bit for
+bit where an uninterrupted job ends. A requeued job waits ~2 min before SLURM starts it again; the tests
+start it at once (``scontrol update StartTime=now``).
+"""
+import os
+import re
+import shlex
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.faults import harness, tiny_task
+
+pytestmark = pytest.mark.slow
+
+SLURM_LOCAL = os.path.join(ROOT, "scripts", "slurm_local.sh")
+LAUNCHER = os.path.join(ROOT, "scripts", "dist_run_slurm.sh")
+OPTS = ("NUM_WORKERS_PER_GPU", 2, "TRAIN.CHECKPOINT_STEPS", 0)
+DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """The environment of a running one-node cluster (SLURM_CONF set); started (4 CPUs, so that two jobs
+    of 2 tasks run at once) and stopped here unless one runs already. Skips when SLURM cannot be installed."""
+    env = dict(os.environ, SLURM_LOCAL_CPUS="4")
+    started = subprocess.run([SLURM_LOCAL, "status"], env=env, capture_output=True).returncode != 0
+    if started:
+        proc = subprocess.run([SLURM_LOCAL, "start"], env=env, capture_output=True, text=True, timeout=900)
+        if proc.returncode != 0:
+            reason = "no local SLURM cluster: " + (proc.stderr.strip().splitlines() or ["?"])[-1]
+            print(reason)
+            pytest.skip(reason)
+    env["SLURM_CONF"] = os.path.join(env.get("SLURM_LOCAL_DIR", "/tmp/slurm_local"), "slurm.conf")
+    yield env
+    if started:
+        subprocess.run([SLURM_LOCAL, "stop"], env=env, timeout=120)
+
+
+class Job:
+    """One sbatch job of the tiny task through the launcher; its output (all runs) in ``log``."""
+
+    def __init__(self, cluster, folder, name, sbatch_args=(), env=None):
+        tiny_task.write_config(folder)
+        self.cluster, self.work, self.log = cluster, folder / "work", str(folder / "job.log")
+        command = [LAUNCHER, "debug", name, tiny_task.SCRIPT, str(folder / "tiny.yaml"), str(self.work), "2",
+                   "--opts"] + [str(o) for o in OPTS]
+        # exec: the launcher is then the batch shell, which --signal=B:... signals
+        sbatch = ["sbatch", "--parsable", "--requeue", "--ntasks=2", "--cpus-per-task=1", "--open-mode=append",
+                  "-o", self.log, "-J", name, *sbatch_args, "--wrap", "exec " + shlex.join(command)]
+        job_env = dict(cluster, **(env or {}))
+        job_env.pop("MASTER_PORT", None)
+        self.id = subprocess.run(sbatch, env=job_env, capture_output=True, text=True, check=True).stdout.strip()
+        self.started = time.time()
+
+    def info(self):
+        out = subprocess.run(["scontrol", "show", "job", "-o", self.id], env=self.cluster, capture_output=True,
+                             text=True).stdout
+        return dict(re.findall(r"(\w+)=(\S*)", out))
+
+    def output(self):
+        return open(self.log).read() if os.path.exists(self.log) else ""
+
+    def wait_for(self, text, timeout=300):
+        """Wait until the job's output shows ``text``."""
+        deadline = time.time() + timeout
+        while text not in self.output():
+            assert time.time() < deadline, "no {!r} within {} s:\n{}".format(text, timeout, self.output()[-3000:])
+            assert self.info().get("JobState") not in DONE, self.output()[-3000:]
+            time.sleep(0.5)
+
+    def control(self, *args):
+        subprocess.run(list(args) + [self.id], env=self.cluster, check=True)
+
+    def finish(self, timeout=600):
+        """Wait for the job's end, starting each requeued run at once: ``(JobState, Restarts, seconds)``."""
+        deadline = time.time() + timeout
+        while True:
+            info = self.info()
+            if info.get("JobState") in DONE:
+                return info["JobState"], int(info["Restarts"]), time.time() - self.started
+            if info.get("JobState") == "PENDING" and info.get("Reason") == "BeginTime":
+                subprocess.run(["scontrol", "update", "JobId=" + self.id, "StartTime=now"], env=self.cluster)
+            assert time.time() < deadline, self.output()[-3000:]
+            time.sleep(1)
+
+    def final_state(self):
+        return harness.training_state(os.path.join(harness.out_dir(self.work), harness.FINAL))
+
+
+@pytest.fixture(scope="module")
+def clean(cluster, tmp_path_factory):
+    """The final state of an uninterrupted 2-task job."""
+    job = Job(cluster, tmp_path_factory.mktemp("clean"), "clean")
+    state, restarts, seconds = job.finish()
+    assert (state, restarts) == ("COMPLETED", 0), job.output()[-3000:]
+    print("uninterrupted job: {:.0f} s".format(seconds))
+    return job.final_state()
+
+
+def check_resumed_exactly(job, clean, stops=1):
+    """``stops`` preemptions, each resumed at the step where it stopped, and the uninterrupted job's end."""
+    out = job.output()
+    stopped = re.findall(r"preempted: stopped at epoch (\d+), batch (\d+)", out)
+    resumed = re.findall(r"Resumed from \S+: epoch (\d+), batch (\d+)", out)
+    assert len(stopped) == stops and resumed == stopped, out[-3000:]
+    assert "is killed by signal" not in out and "exited unexpectedly" not in out
+    harness.assert_same(job.final_state(), clean)
+
+
+SLOW = {"FAULT_SLOW_BATCH_S": "0.5"}  # the first run's 24 micro-batches take 12 s or more: time to signal it
+
+
+@pytest.mark.parametrize("stop", [["scancel", "--signal=USR1"], ["scancel", "--signal=TERM"], ["scontrol", "requeue"]],
+                         ids=["usr1", "term", "requeue"])
+def test_a_stopped_job_is_requeued_once_and_ends_as_an_uninterrupted_one(cluster, clean, tmp_path, stop):
+    job = Job(cluster, tmp_path, "stop", env=SLOW)
+    job.wait_for("Epoch[0] Batch [")
+    job.control(*stop)
+    state, restarts, seconds = job.finish()
+    print("{}: {} after {} requeue(s), {:.0f} s".format(" ".join(stop), state, restarts, seconds))
+    assert (state, restarts) == ("COMPLETED", 1), job.output()[-3000:]
+    check_resumed_exactly(job, clean)
+    expected = "already" if stop[0] == "scontrol" else "requeueing job"
+    assert expected in job.output()
+
+
+def test_a_cancelled_job_saves_its_step_and_is_not_requeued(cluster, tmp_path):
+    job = Job(cluster, tmp_path, "cancel", env=SLOW)
+    job.wait_for("Epoch[0] Batch [")
+    job.control("scancel")
+    state, restarts, seconds = job.finish()
+    print("scancel: {} after {} requeue(s), {:.0f} s".format(state, restarts, seconds))
+    assert (state, restarts) == ("CANCELLED", 0), job.output()[-3000:]
+    assert "job {} was cancelled (scancel), so it is not requeued".format(job.id) in job.output()
+    assert [name for name in harness.checkpoint_names(job.work) if "-b" in name], job.output()[-3000:]
+
+
+@pytest.mark.parametrize("signal_option", ["--signal=USR1@60", "--signal=B:USR1@60"])
+def test_a_time_limit_with_a_warning_signal(cluster, clean, tmp_path, signal_option):
+    # 2 min, the signal 60 s before the end (SLURM checks every 30 s: 60 to 90 s into the job); the first
+    # run trains from ~20 s for 96 s
+    job = Job(cluster, tmp_path, "limit", sbatch_args=["--time=2", signal_option], env={"FAULT_SLOW_BATCH_S": "4"})
+    state, restarts, seconds = job.finish()
+    print("{}: {} after {} requeue(s), {:.0f} s".format(signal_option, state, restarts, seconds))
+    assert (state, restarts) == ("COMPLETED", 1), job.output()[-3000:]
+    check_resumed_exactly(job, clean)
+    assert "SIGUSR1 received" in job.output()
+
+
+def test_two_jobs_at_once_stopped_and_resumed(cluster, clean, tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    jobs = [Job(cluster, tmp_path / name, name, env=SLOW) for name in ("a", "b")]
+    for job in jobs:
+        job.wait_for("Epoch[0] Batch [")
+    for job in jobs:
+        job.control("scancel", "--signal=TERM")
+    ports = []
+    for job in jobs:
+        state, restarts, seconds = job.finish()
+        print("job {}: {} after {} requeue(s), {:.0f} s".format(job.id, state, restarts, seconds))
+        assert (state, restarts) == ("COMPLETED", 1), job.output()[-3000:]
+        check_resumed_exactly(job, clean)
+        ports.append(set(re.findall(r"master \S+ port (\d+)", job.output())))
+    assert len(ports[0]) == len(ports[1]) == 1 and ports[0] != ports[1]

@@ -1,0 +1,345 @@
+"""The web page (``scripts/serve_demo.py`` on ``common/web_demo.py``) on tiny trained checkpoints: its backend shows
+what the predictor computes (answers, boxes, the attention painted per word), bad photos and questions give a
+message, not an exception; and in a real browser (Debian's Chromium through selenium) the page answers a photo
+and a question as the predictor does, shows the error of a file that is not an image and answers again.
+
+The checkpoints are those of ``tests/test_predict.py`` (a tiny VQA model on precomputed features of a random
+ResNet-50, a tiny ViT classifier).
+"""
+import json
+import os
+import queue
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from matplotlib import colormaps
+from PIL import Image
+
+from common.data.loading import load_image
+from common.drawing import BOX_COLOUR, CHOSEN_COLOUR, PAINT_ALPHA, thumbnail
+from common.errors import UserInputError
+from common.predict import Predictor
+from common.web_demo import DRAWN_SIDE, MAX_PIXELS, DemoBackend
+from tests.conftest import ROOT
+from tests.test_predict import VQA_CFG, cls_run, refcoco_run, vqa_run  # noqa: F401  (module fixtures: tiny runs)
+
+SERVE = os.path.join(ROOT, "scripts", "serve_demo.py")
+GRID = ["--box-source", "grid", "--grid", "2x2"]  # 4 cells, the whole image first: 5 regions
+QUESTION = "what color is it ?"
+# The VQA model's text: [CLS] question [SEP] [MASK] [SEP].
+TOKENS = ["[CLS]", "what", "color", "is", "it", "?", "[SEP]", "[MASK]", "[SEP]"]
+
+
+def _photo(vqa_run):
+    return os.path.join(vqa_run["inputs"].coco, "test2015", "COCO_test2015_000000000004.jpg")
+
+
+@pytest.fixture(scope="module")
+def vqa_backend(vqa_run):
+    predictor = Predictor.from_checkpoint(VQA_CFG, vqa_run["ckpt"], opts=vqa_run["opts"],
+                                          feature_weights=vqa_run["weights"],
+                                          box_source={"kind": "grid", "grid": "2x2"})
+    return DemoBackend(predictor, topk=3)
+
+
+def _same_predictions(shown, expected):
+    assert [(p["label"], p["index"]) for p in shown] == [(p["label"], p["index"]) for p in expected]
+    assert [p["score"] for p in shown] == pytest.approx([p["score"] for p in expected], abs=1e-6)
+
+
+def test_backend_shows_the_predictors_answers_boxes_and_attention(vqa_run, vqa_backend):
+    photo = _photo(vqa_run)
+    result = vqa_backend(photo, "  " + QUESTION + " ")
+    assert result.message == ""
+    expected, = vqa_backend.predictor({"image": photo, "question": QUESTION}, topk=3)
+    # The answers: the predictor's (its call with the attention recorded on the side), in the page's label too.
+    _same_predictions(result.prediction["predictions"], expected["predictions"])
+    assert result.prediction["boxes"] == expected["boxes"] and result.prediction["question"] == QUESTION
+    assert result.prediction["image"] == os.path.basename(photo)
+    assert list(result.scores) == [p["label"] for p in expected["predictions"]]
+    assert list(result.scores.values()) == pytest.approx([p["score"] for p in expected["predictions"]], abs=1e-6)
+
+    # The boxes drawn on the photo enlarged to DRAWN_SIDE (40 x 30 -> 512 x 384), each box's outline in yellow.
+    boxes = np.array(expected["boxes"])
+    assert len(boxes) == 5 and result.boxes_image.size == (512, 384)
+    scale = DRAWN_SIDE / 40
+    for x1, _, x2, y2 in boxes * scale:
+        assert result.boxes_image.getpixel((int((x1 + x2) / 2), int(round(y2)))) == BOX_COLOUR
+
+    # The attention: every layer's and head's probabilities over the tokens of the VL-BERT's sequence (text,
+    # the 5 regions, [END]); each row sums to 1.
+    att = result.attention
+    assert att["tokens"] == TOKENS + ["[REGION {}]".format(k) for k in range(5)] + ["[END]"]
+    assert att["text"] == (0, 9) and att["regions"] == (9, 14)
+    probs = att["probs"]
+    assert probs.shape == (2, 2, 15, 15)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+
+    # A tile per word ([CLS] and [SEP] left out): the photo with each region painted by the word's attention to
+    # it, mean over layers and heads, on one colour scale for all words; in the bottom-right cell only region 4
+    # (the smallest box there, painted last) shows.
+    tiles = DemoBackend.attention_tiles(att)
+    assert [caption.split()[0] for _, caption in tiles] == ["what", "color", "is", "it", "?", "[MASK]"]
+    mean = probs.mean(axis=(0, 1))
+    words = [1, 2, 3, 4, 5, 7]
+    vmax = mean[words, 9:14].max()
+    thumb, scaled = thumbnail(load_image(photo), boxes, DRAWN_SIDE, enlarge=True)
+    x, y = int(scaled[4, 0] + 40), int(scaled[4, 1] + 40)
+    for (tile, caption), q in zip(tiles, words):
+        colour = np.array(colormaps["inferno"](mean[q, 13] / vmax)[:3]) * 255
+        want = (1 - PAINT_ALPHA) * np.array(thumb.getpixel((x, y))) + PAINT_ALPHA * colour
+        assert np.abs(np.array(tile.getpixel((x, y))) - want).max() <= 1
+        assert caption == "{} {:.3f}".format(TOKENS[q], mean[q, 9:14].max())
+    # The layer slider: one layer's heads averaged; no layer 3 in a 2-layer model.
+    second = DemoBackend.attention_tiles(att, layer=2)
+    colour = np.array(colormaps["inferno"](probs[1].mean(0)[7, 13] / probs[1].mean(0)[words, 9:14].max())[:3]) * 255
+    want = (1 - PAINT_ALPHA) * np.array(thumb.getpixel((x, y))) + PAINT_ALPHA * colour
+    assert np.abs(np.array(second[-1][0].getpixel((x, y))) - want).max() <= 1
+    with pytest.raises(UserInputError, match="layer 3 does not exist: 0 .mean. to 2"):
+        DemoBackend.attention_tiles(att, layer=3)
+
+
+def test_bad_photos_and_questions_give_a_message_and_the_backend_answers_on(vqa_run, vqa_backend, tmp_path):
+    photo = _photo(vqa_run)
+    (tmp_path / "notes.jpg").write_text("not an image")
+    data = open(photo, "rb").read()
+    (tmp_path / "cut.jpg").write_bytes(data[:len(data) // 2])
+    side = int(MAX_PIXELS ** 0.5) + 1  # 4473 x 4473: just over 20 Mpixels (an all-black PNG of 20 kB)
+    Image.new("L", (side, side)).save(tmp_path / "huge.png")
+    cases = [(None, QUESTION, "no photo: upload one or pick a demo photograph"),
+             (str(tmp_path / "notes.jpg"), QUESTION, "'notes.jpg' is not an image file"),
+             (str(tmp_path / "cut.jpg"), QUESTION, "cannot decode image 'cut.jpg': image file is truncated"),
+             (str(tmp_path / "huge.png"), QUESTION, "'huge.png' is 4473 x 4473 = 20,007,729 pixels, over the limit "
+                                                     "of 20,000,000 (20 Mpixels)"),
+             (photo, "   ", "'question' must be non-empty text")]
+    for path, text, message in cases:
+        result = vqa_backend(path, text)
+        assert message in result.message and result.prediction is None and result.attention is None
+    # The uploaded file's own name, not gradio's temporary path, in the message.
+    assert "'upload.jpg' is not" in vqa_backend(str(tmp_path / "notes.jpg"), QUESTION, name="upload.jpg").message
+    expected, = vqa_backend.predictor({"image": photo, "question": QUESTION}, topk=3)
+    _same_predictions(vqa_backend(photo, QUESTION).prediction["predictions"], expected["predictions"])
+
+
+def test_a_cls_checkpoint_shows_its_top5_classes(cls_run):
+    from cls.data.datasets import CIFAR10
+
+    predictor = Predictor.from_checkpoint(cls_run["cfg"], cls_run["ckpt"], opts=cls_run["opts"])
+    backend = DemoBackend(predictor)
+    assert backend.text_field is None and backend.num_layers == 0
+    image = CIFAR10(cls_run["data"], "test", None).images[0]
+    path = os.path.join(str(cls_run["ckpt"]) + ".photo.png")
+    Image.fromarray(image).save(path)
+    result = backend(path, "ignored")
+    expected, = predictor({"image": path})
+    _same_predictions(result.prediction["predictions"], expected["predictions"])
+    assert len(result.scores) == 5 and set(result.scores) <= set(cls_run["names"])
+    assert result.boxes_image is None and result.attention is None
+
+
+# ---------------------------------------------------------------------------------------------- real browser
+def _chromium():
+    """A headless Chromium driven by selenium (Debian's chromium + chromium-driver); skips, saying why, where
+    they are not installed (.ci/run installs them)."""
+    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+        import gradio  # noqa: F401
+    except ImportError as e:
+        missing.append("python package {} (requirements-test.txt, requirements-demo.txt)".format(e.name))
+    if missing:
+        pytest.skip("browser test: {} not installed (apt-get install chromium chromium-driver; scripts/setup_env.sh "
+                    "--test --demo)".format(", ".join(missing)))
+    options = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1300,2100"):
+        options.add_argument(arg)
+    options.binary_location = shutil.which("chromium")
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})  # every request the page makes
+    return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """The module's browser (:func:`_chromium`; asked for before the tiny runs, so a skip costs nothing)."""
+    driver = _chromium()
+    yield driver
+    driver.quit()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(vqa_run, port, examples):
+    """Start ``scripts/serve_demo.py`` on the tiny VQA run; returns (process, queue of its output lines)."""
+    proc = subprocess.Popen([sys.executable, SERVE, "--cfg", VQA_CFG, "--ckpt", vqa_run["ckpt"], "--port", str(port),
+                             "--feature-weights", vqa_run["weights"], "--topk", "3", "--examples", examples]
+                            + GRID + ["--opts"]
+                            + vqa_run["opts"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    return proc, lines
+
+
+def _wait_serving(proc, lines, port, timeout=180):
+    """Wait for the server's ``serving on http://127.0.0.1:PORT`` line (fails with its output otherwise)."""
+    seen, deadline = [], time.time() + timeout
+    while time.time() < deadline:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            if proc.poll() is not None:
+                break
+            continue
+        seen.append(line)
+        if line.startswith("serving on "):
+            assert line.strip() == "serving on http://127.0.0.1:{}".format(port)
+            return
+    proc.kill()
+    pytest.fail("serve_demo.py did not print 'serving on' (exit {}):\n{}".format(proc.poll(), "".join(seen)))
+
+
+def _ask(driver, photo, text):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    for clear in driver.find_elements(By.CSS_SELECTOR, "#photo button[aria-label='Clear']"):
+        clear.click()
+    WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#photo input[type=file]"))
+    driver.find_element(By.CSS_SELECTOR, "#photo input[type=file]").send_keys(photo)
+    box = driver.find_element(By.CSS_SELECTOR, "#text textarea")
+    box.clear()
+    box.send_keys(text)
+    # The upload is done when the preview shows.
+    WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#photo img"))
+    before = driver.find_element(By.ID, "message").text, driver.find_element(By.ID, "table").text
+    driver.find_element(By.ID, "ask").click()
+    WebDriverWait(driver, 60).until(
+        lambda d: (d.find_element(By.ID, "message").text, d.find_element(By.ID, "table").text) != before
+        and not d.find_elements(By.CSS_SELECTOR, "#table .pending, #answers .pending"))
+    return driver.find_element(By.ID, "message").text, driver.find_element(By.ID, "table").text
+
+
+def test_the_page_in_a_real_browser_answers_as_the_predictor(chromium, vqa_run, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = chromium
+    port = _free_port()
+    (tmp_path / "examples.json").write_text(json.dumps([{"image": os.path.relpath(_photo(vqa_run), tmp_path),
+                                                          "question": "how many dogs ?"}]))
+    proc, lines = _serve(vqa_run, port, str(tmp_path / "examples.json"))
+    try:
+        photo = _photo(vqa_run)
+        # What the page must show, computed while the server starts.
+        expected, = Predictor.from_checkpoint(
+            VQA_CFG, vqa_run["ckpt"], opts=vqa_run["opts"], feature_weights=vqa_run["weights"],
+            box_source={"kind": "grid", "grid": "2x2"})({"image": photo, "question": QUESTION}, topk=3)
+        _wait_serving(proc, lines, port)
+        driver.get("http://127.0.0.1:{}/".format(port))
+        WebDriverWait(driver, 30).until(lambda d: "how many dogs ?" in d.find_element(By.TAG_NAME, "body").text)
+        message, table = _ask(driver, photo, QUESTION)
+        # The answers shown: the predictor's, best first, the scores to the table's 4 decimals.
+        assert message == ""
+        rows = [line.split() for line in table.splitlines()[1:]]
+        assert rows == [[str(k), p["label"], "{:.4f}".format(p["score"])]
+                        for k, p in enumerate(expected["predictions"], 1)]
+        assert driver.find_element(By.CSS_SELECTOR, "#answers h2").text == expected["predictions"][0]["label"]
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#attention img")) == 6  # one tile per word
+        assert driver.find_elements(By.CSS_SELECTOR, "#boxes img")
+        driver.save_screenshot(str(tmp_path / "web_demo.png"))
+        # The layer slider repaints the tiles (layer 2 alone).
+        tiles = [e.get_attribute("src") for e in driver.find_elements(By.CSS_SELECTOR, "#attention img")]
+        number = driver.find_element(By.CSS_SELECTOR, "#layer input[type=number]")
+        number.clear()
+        number.send_keys("2", Keys.TAB)
+        WebDriverWait(driver, 30).until(lambda d: tiles != [e.get_attribute("src") for e in d.find_elements(
+            By.CSS_SELECTOR, "#attention img")])
+
+        # A file that is not an image: the message, no answers; the server answers the photo again after it.
+        (tmp_path / "notes.jpg").write_text("not an image")
+        message, table = _ask(driver, str(tmp_path / "notes.jpg"), QUESTION)
+        assert message.startswith("error: 'notes.jpg' is not an image file") and table == ""
+        driver.save_screenshot(str(tmp_path / "web_demo_error.png"))
+        message, table = _ask(driver, photo, QUESTION)
+        assert message == "" and table.splitlines()[1].split()[1] == expected["predictions"][0]["label"]
+
+        # Offline: the page fetched nothing but this server (no CDN, no analytics).
+        urls = {json.loads(e["message"])["message"]["params"]["request"]["url"]
+                for e in driver.get_log("performance")
+                if json.loads(e["message"])["message"]["method"] == "Network.requestWillBeSent"}
+        assert urls and not [u for u in urls if not u.startswith(("http://127.0.0.1:{}/".format(port), "data:",
+                                                                    "blob:"))]
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_serve_demo_refuses_a_port_in_use_before_loading_the_model():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        out = subprocess.run([sys.executable, SERVE, "--cfg", VQA_CFG, "--ckpt", "missing.model", "--port", str(port)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("error: cannot serve on 127.0.0.1:{}: Address already in use; give another --port "
+                                  "(or --host)".format(port))
+
+
+def test_an_expression_shows_the_chosen_box_and_a_caption_its_masked_words(refcoco_run, tiny_pretrain, tmp_path):
+    from pretrain.task import TASK
+    from tests import tiny_pretrain as tp
+    from tests.test_eval_outputs import _checkpoint
+
+    photo = str(tmp_path / "photo.png")
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (36, 48, 3), dtype=np.uint8)).save(photo)
+    grid = {"kind": "grid", "grid": "2x2"}
+    # RefCOCO+: the candidates by score, the best one drawn in red on top of the others.
+    predictor = Predictor.from_checkpoint(refcoco_run["cfg"], refcoco_run["ckpt"], opts=refcoco_run["opts"],
+                                          box_source=grid)
+    backend = DemoBackend(predictor, topk=3)
+    assert backend.text_field == "expression"
+    result = backend(photo, "the red one")
+    expected, = predictor({"image": photo, "expression": "the red one"}, topk=3)
+    _same_predictions(result.prediction["predictions"], expected["predictions"])
+    assert result.prediction["box"] == pytest.approx(expected["box"])
+    best = expected["predictions"][0]
+    x1, _, x2, y2 = np.array(best["box"]) * DRAWN_SIDE / 48
+    assert result.boxes_image.getpixel((int((x1 + x2) / 2), int(round(y2)))) == CHOSEN_COLOUR
+    assert result.attention["regions"][1] - result.attention["regions"][0] == len(result.attention["boxes"])
+
+    # Pretraining: the top word pieces of each [MASK], the first [MASK]'s in the page's label.
+    name = "demo_e2e_cpu.yaml"
+    opts = tp.opts(name, tiny_pretrain)
+    ckpt = _checkpoint(TASK, TASK.load_config(tp.cfg_path(name), opts), tmp_path / "pretrain-0000.model")
+    predictor = Predictor.from_checkpoint(tp.cfg_path(name), ckpt, opts=opts, box_source=grid)
+    backend = DemoBackend(predictor, topk=3)
+    assert backend.text_field == "caption"
+    caption = "a [MASK] sits on the [MASK]"
+    result = backend(photo, caption)
+    expected, = predictor({"image": photo, "caption": caption}, topk=3)
+    assert len(result.prediction["masks"]) == 2 and result.prediction["filled"] == expected["filled"]
+    for shown, want in zip(result.prediction["masks"], expected["masks"]):
+        _same_predictions(shown, want)
+    assert list(result.scores) == [p["label"] for p in expected["masks"][0]]
+    assert "[MASK]" in [caption.split()[0] for _, caption in DemoBackend.attention_tiles(result.attention)]
+    assert "no [MASK] word" in backend(photo, "a cat sits").message
+
+
+def test_setup_env_names_an_unknown_option():
+    out = subprocess.run(["bash", os.path.join(ROOT, "scripts", "setup_env.sh"), "--test", "--web"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("error: scripts/setup_env.sh: unknown option '--web' (expected --test and/or "
+                                  "--demo)")
