@@ -48,6 +48,22 @@ from pretrain.function.attention_maps import file_stem, write_maps, write_raw  #
 TEXT_FLAGS = ("question", "expression", "caption")
 
 
+def add_model_arguments(parser):
+    """The flags that build the predictor besides ``--cfg``/``--ckpt``: its box source (those of
+    ``scripts/extract_features.py``), the feature extractor's weights and the device. ``scripts/serve_demo.py``
+    takes the same."""
+    parser.add_argument("--box-source", choices=BOX_SOURCES, help="boxes of the images (default: the run's record, "
+                        "else grid)")
+    parser.add_argument("--grid", default="4x4", help="box source 'grid': ROWSxCOLS (default 4x4)")
+    parser.add_argument("--detector", default=DEFAULT_DETECTOR, help="box source 'detector': torchvision model name")
+    parser.add_argument("--detector-weights", help="box source 'detector': its weights file (.pth / .safetensors)")
+    parser.add_argument("--box-file", nargs="+", default=[], help="box source 'file': JSON lists of "
+                        "{image_id, image, boxes} (scripts/extract_features.py --boxes)")
+    parser.add_argument("--feature-weights", help="image encoder weights of a model trained on precomputed features "
+                        "(default: the run folder's feature_extractor.json; scripts/extract_features.py --weights)")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser("Predictions of a trained model on your images")
     parser.add_argument("--cfg", help="the config the model was trained with (default with a hand-off folder as "
@@ -64,20 +80,11 @@ def parse_args(argv=None):
     parser.add_argument("--rationales", nargs=4, metavar="R", help="VCR (QA2R model): the 4 rationales")
     parser.add_argument("--expression", help="RefCOCO+: the referring expression")
     parser.add_argument("--caption", help="pretraining: a caption with [MASK] words")
-    parser.add_argument("--box-source", choices=BOX_SOURCES, help="boxes of the images (default: the run's record, "
-                        "else grid)")
-    parser.add_argument("--grid", default="4x4", help="box source 'grid': ROWSxCOLS (default 4x4)")
-    parser.add_argument("--detector", default=DEFAULT_DETECTOR, help="box source 'detector': torchvision model name")
-    parser.add_argument("--detector-weights", help="box source 'detector': its weights file (.pth / .safetensors)")
-    parser.add_argument("--box-file", nargs="+", default=[], help="box source 'file': JSON lists of "
-                        "{image_id, image, boxes} (scripts/extract_features.py --boxes)")
-    parser.add_argument("--feature-weights", help="image encoder weights of a model trained on precomputed features "
-                        "(scripts/extract_features.py --weights)")
+    add_model_arguments(parser)
     parser.add_argument("--topk", type=int, default=5, help="predictions per input (and per [MASK])")
     parser.add_argument("--batch-size", type=int, default=8, help="inputs per forward")
     parser.add_argument("--json", help="write the predictions to this JSON file")
     parser.add_argument("--attention", help="also write the attention maps of each input into this folder")
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's; 1 on a busy machine)")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
     args = parser.parse_args(argv)

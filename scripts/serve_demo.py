@@ -38,7 +38,7 @@ DEMO_SCENES = 2
 
 
 def parse_args(argv=None):
-    from common.data.box_sources import BOX_SOURCES, DEFAULT_DETECTOR
+    from predict import add_model_arguments  # scripts/predict.py
 
     parser = argparse.ArgumentParser("A web page on a trained model (gradio)")
     parser.add_argument("--cfg", required=True, help="the config the checkpoint was trained with")
@@ -48,17 +48,7 @@ def parse_args(argv=None):
     parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     parser.add_argument("--examples", help="JSON list of {\"image\", \"question\"|\"caption\"|\"expression\"} "
                         "offered under the inputs (default: demo photographs)")
-    # The predictor's flags, as scripts/predict.py has them.
-    parser.add_argument("--box-source", choices=BOX_SOURCES, help="boxes of the photos (default: the run's "
-                        "record, else a 4x4 grid)")
-    parser.add_argument("--grid", default="4x4", help="box source 'grid': ROWSxCOLS (default 4x4)")
-    parser.add_argument("--detector", default=DEFAULT_DETECTOR, help="box source 'detector': torchvision model name")
-    parser.add_argument("--detector-weights", help="box source 'detector': its weights file (.pth / .safetensors)")
-    parser.add_argument("--box-file", nargs="+", default=[], help="box source 'file': JSON lists of "
-                        "{\"image_id\", \"image\", \"boxes\"}")
-    parser.add_argument("--feature-weights", help="image encoder weights of a model trained on precomputed "
-                        "features (default: the run folder's feature_extractor.json)")
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_model_arguments(parser)
     parser.add_argument("--topk", type=int, default=5, help="answers shown (default 5)")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
     return parser.parse_args(argv)
