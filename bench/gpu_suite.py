@@ -7,7 +7,7 @@ others are kept from the files already there. Exit code 0 when every row is ``ok
 
 Steps (``--list`` prints them):
 
-* ``env``: ``scripts/check_env.py``;
+* ``env``: ``tools/check_env.py``;
 * ``inputs``: the tiny data and random weight files of the training runs (``bench/gpu_suite_inputs.py``);
 * ``agree-vcr-fp16``: the VCR demo config trained 8 steps in fp16 on the GPU and in fp32 on the CPU (same data,
   seed and weights, no dropout); per-step training losses compared up to the first skipped fp16 step (included)
@@ -213,7 +213,7 @@ def last_error(out):
 # Steps
 # --------------------------------------------------------------------------------------------- #
 def step_env(suite, row):
-    out = suite.run([suite.python, "scripts/check_env.py"])
+    out = suite.run([suite.python, "tools/check_env.py"])
     found = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
     row.figures = {k: found[k] for k in ("python", "torch", "torch CUDA build", "GPU 0", "bf16 on GPU", "cuDNN")
                    if k in found}
@@ -461,7 +461,7 @@ def step_sdpa(suite, row):
 
 def steps():
     """Every step, in the order they run (the parallel ones together after ``inputs``)."""
-    out = [Step("env", "scripts/check_env.py", step_env, 60, 60),
+    out = [Step("env", "tools/check_env.py", step_env, 60, 60),
            Step("inputs", "tiny data + random BERT/ResNet files", step_inputs, 120, 120)]
     # the longest of the side-by-side steps first
     out.append(Step("agree-vcr-fp16", "VCR demo config, 1 epoch: GPU fp16 vs CPU fp32", step_agree, 240, 180,

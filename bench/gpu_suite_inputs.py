@@ -1,7 +1,7 @@
 """Inputs of bench/gpu_suite.py's training runs, made at run time the way the tests make theirs (nothing is
 downloaded, every weight file is random): per task the tiny data, BERT folder and ResNet-18 file of
 ``tests/tiny_*.py`` and ``tests/refcoco_fixture.py``, and for the VCR agreement run the demo data of
-``scripts/make_demo_data.py`` with a random BERT of the demo config's architecture.
+``demo/make_demo_data.py`` with a random BERT of the demo config's architecture.
 
     python bench/gpu_suite_inputs.py ROOT [--demo-train N]
 
@@ -34,7 +34,7 @@ def task_runs(root):
     from tests.refcoco_fixture import tiny_opts as refcoco_opts, write_refcoco
     from tests.tiny_cls import opts as cls_opts
 
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    sys.path.insert(0, os.path.join(ROOT, "demo"))
     import make_cls_demo_data
 
     vcr = tiny_vcr.make_inputs(os.path.join(root, "vcr"))  # 16 items, 2 images x 4 micro-batches a step
@@ -56,13 +56,13 @@ def task_runs(root):
 
 
 def agreement_run(root, train):
-    """The VCR demo config on ``scripts/make_demo_data.py --train train`` data (its photographs and ``train``
+    """The VCR demo config on ``demo/make_demo_data.py --train train`` data (its photographs and ``train``
     scenes), a random BERT of the config's architecture on the data's words, warm-up 2 steps, one epoch."""
     from tests import tiny_vcr
     from vcr.task import TASK
 
     data = os.path.join(root, "demo")
-    made = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), "--out", data,
+    made = subprocess.run([sys.executable, os.path.join(ROOT, "demo", "make_demo_data.py"), "--out", data,
                            "--train", str(train), "--val", "1", "--test", "1"], capture_output=True, text=True)
     if made.returncode:
         raise RuntimeError("make_demo_data.py failed: " + made.stderr[-2000:])

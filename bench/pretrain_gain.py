@@ -3,7 +3,7 @@ plain language-model initialisation, same steps and seeds.
 
 1. Pretrains ``cfgs/pretrain/demo_e2e_cpu.yaml`` (demo captions + demo corpus, the VCR demo's model) through
    ``pretrain/train_end2end.py`` for ``--pretrain-epochs`` epochs, on the demo photographs and
-   ``--pretrain-scenes`` generated scenes (``scripts/make_demo_captions.py`` into the output folder).
+   ``--pretrain-scenes`` generated scenes (``demo/make_demo_captions.py`` into the output folder).
 2. For each seed, fine-tunes ``cfgs/vcr/demo_q2a_cpu.yaml`` through ``vcr/train_end2end.py`` twice: from
    MiniLM + random ResNet-18 (the demo as it ships), and from the pretraining checkpoint
    (``NETWORK.PARTIAL_PRETRAIN``, prefix change ``vlbert->vlbert._module``). Both runs see the same items
@@ -17,8 +17,8 @@ first validation at or above 0.8; '-' when never reached).
 
 Usage: python bench/pretrain_gain.py [--seeds 1 2 3] [--epochs 5] [--train-items 480] [--val-items 200]
                                      [--pretrain-epochs 3] [--pretrain-scenes 400] [--out output/bench_pretrain_gain]
-Needs data/demo (scripts/make_demo_data.py) and model/pretrained_model/all-MiniLM-L6-v2 (``scripts/run_demo.sh``
-writes both); writes the demo corpus (scripts/make_demo_corpus.py) when it is missing.
+Needs data/demo (demo/make_demo_data.py) and model/pretrained_model/all-MiniLM-L6-v2 (``scripts/run_demo.sh``
+writes both); writes the demo corpus (demo/make_demo_corpus.py) when it is missing.
 """
 import argparse
 import datetime
@@ -101,13 +101,13 @@ def main():
     os.makedirs(pretrain_dir, exist_ok=True)
     captions = os.path.join(out, "conceptual-captions")
     if not os.path.isfile(os.path.join(captions, "val_frcnn.json")):
-        run([sys.executable, "scripts/make_demo_captions.py", "--out", captions, "--train", str(args.pretrain_scenes),
+        run([sys.executable, "demo/make_demo_captions.py", "--out", captions, "--train", str(args.pretrain_scenes),
              "--val", "8"], os.path.join(out, "captions.log"))
     with open(os.path.join(REPO, PRETRAIN_CFG)) as f:
         datasets = yaml.safe_load(f)["DATASET"]
     corpus = datasets[1]["TRAIN_ANNOTATION_FILE"]
     if not os.path.isfile(os.path.join(REPO, corpus)):
-        run([sys.executable, "scripts/make_demo_corpus.py", "--out", corpus], os.path.join(out, "corpus.log"))
+        run([sys.executable, "demo/make_demo_corpus.py", "--out", corpus], os.path.join(out, "corpus.log"))
     datasets[0]["DATASET_PATH"] = captions
     run([sys.executable, "pretrain/train_end2end.py", "--cfg", PRETRAIN_CFG, "--model-dir", pretrain_dir,
          "--opts", "TRAIN.END_EPOCH", str(args.pretrain_epochs), "DATASET", json.dumps(datasets)],

@@ -13,7 +13,7 @@ without the pixels do not say which shape is meant, so the model should beat bot
 
 Usage: python bench/refcoco_demo_baselines.py [--data data/demo_refcoco] [--out output/bench_refcoco_demo]
                                               [--opts KEY VALUE ...]
-Needs the demo data (scripts/make_refcoco_demo_data.py) and model/pretrained_model/all-MiniLM-L6-v2
+Needs the demo data (demo/make_refcoco_demo_data.py) and model/pretrained_model/all-MiniLM-L6-v2
 (scripts/run_demo.sh links it). A finished run in ``--out`` is reused (TRAIN.AUTO_RESUME).
 """
 import argparse

@@ -13,7 +13,7 @@ Prints the wall time of the whole command (start-up, STEPS steps, validation, ch
 memory of each training process: resident set size (CPU), and ``torch.cuda.max_memory_allocated`` on GPU.
 
 Usage: python bench/smoke_paper_config.py [--nproc 1] [--steps 3] [--out output/smoke_paper]
-Needs data/demo (scripts/make_demo_data.py) and the MiniLM folder that scripts/run_demo.sh links, for its
+Needs data/demo (demo/make_demo_data.py) and the MiniLM folder that scripts/run_demo.sh links, for its
 vocabulary (the uncased BERT vocabulary of bert-base-uncased).
 """
 import argparse

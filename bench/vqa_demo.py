@@ -4,7 +4,7 @@ loading share of step time, measured in one run on the demo of ``scripts/run_dem
 Trains ``cfgs/vqa/demo_cpu.yaml`` three times through ``scripts/dist_run_single.sh 2`` (2 processes),
 each in a fresh folder:
 
-- vision: the demo model on the region features of ``scripts/extract_features.py``;
+- vision: the demo model on the region features of ``tools/extract_features.py``;
 - blind: ``NETWORK.BLIND true`` (no image: the question alone);
 - boxes-only: the same model on a copy of the feature cache whose features are all zero (the boxes'
   positions and count stay; what is inside them is gone).

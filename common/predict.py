@@ -26,7 +26,7 @@ Files next to the checkpoint (its run folder) that the predictor reads:
   names of a classifier, the answer vocabulary of a VQA model.
 - :data:`FEATURE_INFO` (``feature_extractor.json``): how the precomputed region features a model was trained
   on were made (``{"cfg": ..., "opts": [...], "weights": ..., "box_source": {"kind": ..., ...}}``, paths
-  relative to the working folder), written by ``scripts/run_demo_vqa.sh``; ``feature_weights=`` overrides
+  relative to the working folder), written by ``demo/run_demo_vqa.sh``; ``feature_weights=`` overrides
   its weights.
 """
 import contextlib
@@ -164,7 +164,7 @@ def _read_yaml(path, what):
 
 def load_feature_extractor(task, cfg, ckpt_path, feature_weights, device):
     """``(encoder, transform, box source record)`` of a precomputed-feature model: the run folder's
-    ``feature_extractor.json`` (``cfg`` and ``opts`` of ``scripts/extract_features.py``, its ``weights``, the
+    ``feature_extractor.json`` (``cfg`` and ``opts`` of ``tools/extract_features.py``, its ``weights``, the
     ``box_source`` arguments), ``feature_weights`` overriding its weights.
 
     Raises:
@@ -175,9 +175,9 @@ def load_feature_extractor(task, cfg, ckpt_path, feature_weights, device):
     if not weights:
         raise UserInputError("{}: the model reads precomputed region features (NETWORK.IMAGE_FEAT_PRECOMPUTED), so a "
                              "photo needs the image encoder that made them: give --feature-weights FILE "
-                             "(feature_weights=; the --weights file of scripts/extract_features.py)".format(ckpt_path))
+                             "(feature_weights=; the --weights file of tools/extract_features.py)".format(ckpt_path))
     opts = list(info.get("opts", [])) + list(EXTRACTOR_OPTS) + ["NETWORK.IMAGE_PRETRAINED", ""]
-    # The encoder's config: the recorded one, else the model's own (scripts/run_demo_vqa.sh passes it to both).
+    # The encoder's config: the recorded one, else the model's own (demo/run_demo_vqa.sh passes it to both).
     feature_cfg = task.load_config(info["cfg"], opts) if info.get("cfg") else _encoder_cfg(cfg)
     model, transform = build_region_extractor(feature_cfg, weights, device, setting="--feature-weights")
     return model, transform, info.get("box_source")
@@ -326,17 +326,17 @@ class Predictor:
             cfg_path: the YAML config the model was trained with (or the run folder's ``config.yaml``); None with a
                 hand-off folder: its ``config.yaml``, its copied files in the place of those the config names.
             ckpt_path: a checkpoint file (``*-best.model``, ``*-0000.model``) or a hand-off folder
-                (``scripts/export.py --format safetensors``, :mod:`common.handoff`).
+                (``tools/export.py --format safetensors``, :mod:`common.handoff`).
             device: torch device string.
             opts: config overrides ``[KEY, VALUE, ...]``.
             feature_weights: the image encoder weights that made the precomputed region features the model
-                was trained on (``scripts/extract_features.py --weights``); default: the run folder's
+                was trained on (``tools/extract_features.py --weights``); default: the run folder's
                 :data:`FEATURE_INFO`.
             box_source: :class:`common.data.box_sources.BoxSource` or a dict of its arguments (``{"kind":
                 "grid", "grid": "4x4"}``) for inputs without boxes; default: the run folder's record
                 (:data:`FEATURE_INFO`), else a :data:`DEFAULT_GRID` grid.
             task: a task name or :class:`common.task.Task`; default: the task whose data set the config names
-                (its ``<task>.task`` module must be imported; ``scripts/predict.py`` imports them all).
+                (its ``<task>.task`` module must be imported; ``tools/predict.py`` imports them all).
         Raises:
             UserInputError: a missing or unreadable file, a bad config, a checkpoint of another task or
                 model, an answer vocabulary or class list that does not match the checkpoint, a

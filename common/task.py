@@ -59,7 +59,7 @@ class Task:
             config is read (:func:`common.config.task_rules` adds the task's keys to the shared ones).
         partial_pretrain_key: dotted config key that the ``--partial-pretrain`` flag sets; None: the task
             takes no such file, and the flag stops the run with an error.
-        onnx_refusal: why ``scripts/export.py --format onnx`` refuses the task (:meth:`onnx_export_refusal`);
+        onnx_refusal: why ``tools/export.py --format onnx`` refuses the task (:meth:`onnx_export_refusal`);
             None for a task that defines :meth:`onnx_graph`.
     """
     name: str = ""
@@ -187,12 +187,12 @@ class Task:
         raise UserInputError("task '{}' has no predictor".format(self.name))
 
     def onnx_export_refusal(self, cfg):
-        """Why ``scripts/export.py --format onnx`` refuses the config ``cfg`` (checked before anything loads), or
+        """Why ``tools/export.py --format onnx`` refuses the config ``cfg`` (checked before anything loads), or
         None when :meth:`onnx_graph` exports it. Default: :attr:`onnx_refusal`."""
         return self.onnx_refusal
 
     def onnx_graph(self, cfg, model):
-        """The :class:`common.onnx_export.OnnxGraph` that ``scripts/export.py`` writes for ``model`` (built from
+        """The :class:`common.onnx_export.OnnxGraph` that ``tools/export.py`` writes for ``model`` (built from
         ``cfg``, weights loaded, eval mode).
 
         Raises:

@@ -1,4 +1,4 @@
-"""The web page of ``scripts/serve_demo.py``: a photo and a text in, the predictor's answers, the boxes and the
+"""The web page of ``tools/serve_demo.py``: a photo and a text in, the predictor's answers, the boxes and the
 attention of the text's words over the regions out.
 
 Two parts: :class:`DemoBackend`, the page's function (no gradio: it reads the photo, calls the
@@ -59,7 +59,7 @@ class DemoResult:
 
     Attributes:
         message (str): empty, or what went wrong (a bad input), for the page's message line.
-        prediction (dict or None): the predictor's output for the input (``scripts/predict.py``'s JSON object).
+        prediction (dict or None): the predictor's output for the input (``tools/predict.py``'s JSON object).
         scores (dict): ``{label: score}`` of the best answers, best first (the first ``[MASK]``'s words for a
             caption), for ``gradio.Label``.
         boxes_image (PIL.Image or None): the photo with its numbered boxes (the chosen one in red).
@@ -83,7 +83,7 @@ class DemoBackend:
         text_field (str or None): the input's text key (``question``, ``caption``, ``expression``); None: the
             photo alone (cls).
     Raises:
-        UserInputError: a predictor of a task the page cannot serve (VCR needs 4 answers: scripts/predict.py).
+        UserInputError: a predictor of a task the page cannot serve (VCR needs 4 answers: tools/predict.py).
     """
 
     def __init__(self, predictor, topk=5, max_pixels=MAX_PIXELS):
@@ -92,7 +92,7 @@ class DemoBackend:
         texts = [k for k in predictor.task_predictor.fields if k != "boxes"]
         if len(texts) > 1 or texts and texts[0] not in TEXT_LABELS:
             raise UserInputError("the web page takes a photo and one text; a {} checkpoint takes {} (use "
-                                 "scripts/predict.py)".format(self.task_name, ", ".join(texts)))
+                                 "tools/predict.py)".format(self.task_name, ", ".join(texts)))
         self.text_field = texts[0] if texts else None
 
     @property
@@ -207,7 +207,7 @@ def build_page(backend, examples=(), title="VL-BERT"):
                 boxes = gr.Image(label="regions (numbered as in the attention)", elem_id="boxes",
                                  interactive=False, format="png", visible=text_label is not None)
                 table = gr.Markdown(elem_id="table")
-                with gr.Accordion("JSON (as scripts/predict.py writes it)", open=False):
+                with gr.Accordion("JSON (as tools/predict.py writes it)", open=False):
                     raw = gr.JSON(elem_id="json")
         attention = gr.State()
 
@@ -237,7 +237,7 @@ def launch(page, host="127.0.0.1", port=7860, allowed_paths=()):
     No share link, no server-side rendering, a footer with the settings link only; the theme uses the system's
     fonts, so the browser
     fetches nothing but this server (gradio's default theme loads its fonts from a CDN). Analytics are off
-    when ``GRADIO_ANALYTICS_ENABLED=False`` is set before gradio is imported (``scripts/serve_demo.py``).
+    when ``GRADIO_ANALYTICS_ENABLED=False`` is set before gradio is imported (``tools/serve_demo.py``).
     Args:
         allowed_paths: folders whose files the page may serve (the example photos).
     Raises:

@@ -3,14 +3,14 @@
 # a small VL-BERT on 2 processes (CPU or GPUs), writes the test-set CSV and says where everything is.
 # Safe to run again: a finished run is picked up by TRAIN.AUTO_RESUME and not trained again.
 #   usage: scripts/run_demo.sh [extra train_end2end.py args, e.g. --opts TRAIN.END_EPOCH 2]
-#          scripts/run_demo.sh vqa [extra args]   the VQA v2 demo instead (scripts/run_demo_vqa.sh)
-#          scripts/run_demo.sh cls [extra args]   the tiny-ViT image-classification demo (scripts/run_demo_cls.sh)
+#          scripts/run_demo.sh vqa [extra args]   the VQA v2 demo instead (demo/run_demo_vqa.sh)
+#          scripts/run_demo.sh cls [extra args]   the tiny-ViT image-classification demo (demo/run_demo_cls.sh)
 #          scripts/run_demo.sh own [PHOTOS QA_JSON] [KEY VALUE ...]   VQA on your own photos
-#                                                 (scripts/run_demo_own_images.sh)
+#                                                 (demo/run_demo_own_images.sh)
 #          scripts/run_demo.sh attention [extra args]   attention maps of the VCR demo checkpoint on the demo
-#                                                       photographs (scripts/run_demo_attention.sh)
+#                                                       photographs (demo/run_demo_attention.sh)
 #          scripts/run_demo.sh web [serve_demo.py args]   a web page on the VQA demo checkpoint (trained first
-#                                                         when missing; scripts/run_demo_web.sh); prints the URL
+#                                                         when missing; demo/run_demo_web.sh); prints the URL
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -31,15 +31,15 @@ case "${1:-}" in
 esac
 if [ -n "$demo" ]; then
     shift
-    exec "$ROOT/scripts/run_demo_$demo.sh" "$@"
+    exec "$ROOT/demo/run_demo_$demo.sh" "$@"
 fi
 
 # (Re)write the data when it is missing or was written by another version of the generator.
 stamp=data/demo/.generator-sha256
-want="$(sha256sum scripts/make_demo_data.py | cut -c1-16)"
+want="$(sha256sum demo/make_demo_data.py | cut -c1-16)"
 if [ ! -f data/demo/test.jsonl ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     rm -rf data/demo
-    "$PY" scripts/make_demo_data.py --out data/demo
+    "$PY" demo/make_demo_data.py --out data/demo
     echo "$want" > "$stamp"
 fi
 
@@ -73,7 +73,7 @@ OUT="$MODEL_DIR/output/vl-bert/vcr/demo_q2a_cpu/vcr1images_train"
 CKPT="$OUT/vl-bert_demo_q2a_res18-best.model"
 "$PY" vcr/val.py --a-cfg "$CFG" --a-ckpt "$CKPT" --opts DATASET.VAL_ANNOTATION_FILE val_shapes.jsonl
 "$PY" vcr/test.py --a-cfg "$CFG" --a-ckpt "$CKPT" --result-path "$OUT/test_result" --result-name demo
-CURVES=$("$PY" scripts/plot_curves.py "$OUT")
+CURVES=$("$PY" tools/plot_curves.py "$OUT")
 
 cat <<MSG
 

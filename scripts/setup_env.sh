@@ -3,7 +3,7 @@
 # Safe to run again: a requirements file is installed again only when one of them changed.
 #   usage: scripts/setup_env.sh [--test] [--demo]
 #            --test  adds the test-only requirements (requirements-test.txt)
-#            --demo  adds the web page's requirements (requirements-demo.txt: gradio, for scripts/serve_demo.py)
+#            --demo  adds the web page's requirements (requirements-demo.txt: gradio, for tools/serve_demo.py)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"

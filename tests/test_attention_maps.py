@@ -229,7 +229,7 @@ def test_bad_inputs_stop_with_one_error_naming_the_file(inputs, tmp_path, capsys
 
 
 def test_boxes_from_extract_features_files(inputs, tmp_path):
-    """The 'features' box source reads the boxes of scripts/extract_features.py's per-image JSON files."""
+    """The 'features' box source reads the boxes of tools/extract_features.py's per-image JSON files."""
     from common.data.region_features import RegionFeatures, feature_json_path, write_feature_json
 
     folder = tmp_path / "features"

@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 from tests.test_cls import TINY_VIT
 from tests.tiny_vcr import run_script, tensorboard_scalars_in
 
-import make_cls_demo_data  # noqa: E402  (scripts/ is on sys.path through tests.test_cls)
+import make_cls_demo_data  # noqa: E402  (demo/ is on sys.path through tests.test_cls)
 
 CLS_DEMO = os.path.join(ROOT, "cfgs", "cls", "demo_cpu.yaml")
 

@@ -1,4 +1,4 @@
-"""scripts/check_data.py on the tiny VCR data (tests/tiny_vcr.py) with bad items planted: each is listed with its
+"""tools/check_data.py on the tiny VCR data (tests/tiny_vcr.py) with bad items planted: each is listed with its
 file, line and reason, the JSON report holds them all, the exit code is 2 (0 on the clean data)."""
 import json
 import os
@@ -9,7 +9,7 @@ from PIL import Image
 from tests.conftest import ROOT
 from tests.tiny_vcr import CFG, run_script
 
-SCRIPT = os.path.join(ROOT, "scripts", "check_data.py")
+SCRIPT = os.path.join(ROOT, "tools", "check_data.py")
 
 
 def check(tiny_vcr, data, report, *splits):
@@ -81,7 +81,7 @@ def test_bad_items_are_listed_with_their_file_line_and_reason(tmp_path, tiny_vcr
 def test_cls_labels_beyond_num_classes_are_reported(tmp_path, capsys):
     """20 images of the cls demo set (labels 0-3 of its 10 classes) read in full with NETWORK.NUM_CLASSES 3: the
     split is one bad data set."""
-    import tests.test_cls  # noqa: F401  (puts scripts/ on sys.path)
+    import tests.test_cls  # noqa: F401  (puts demo/ on sys.path)
     import make_cls_demo_data
     data = make_cls_demo_data.write(str(tmp_path / "data"), train=20, test=10)
     code = run_script(SCRIPT, ["--cfg", os.path.join(ROOT, "cfgs", "cls", "demo_cpu.yaml"), "--split", "train",

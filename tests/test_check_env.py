@@ -1,4 +1,4 @@
-"""scripts/check_env.py, run as a subprocess as on a new machine: torch's version and every requirement's."""
+"""tools/check_env.py, run as a subprocess as on a new machine: torch's version and every requirement's."""
 import importlib.metadata
 import os
 import re
@@ -15,7 +15,7 @@ EXPECTED_REQUIREMENTS = ["torch", "torchvision", "yacs", "tensorboardX", "tensor
 
 
 def test_check_env_names_torch_and_every_requirement_with_its_version():
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "check_env.py")], cwd=ROOT,
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "check_env.py")], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = dict(line.split(": ", 1) for line in out.stdout.splitlines())

@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 from tests.tiny_cls import TINY_VIT, opts as tiny_opts
 from tests.tiny_vcr import run_script, tensorboard_scalars_in
 
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "demo"))
 import make_cls_demo_data  # noqa: E402
 from cls.data.augment import build_augment, erasing_probability  # noqa: E402
 from cls.data.datasets import CIFAR10, CIFAR100, ImageFolder  # noqa: E402

@@ -11,7 +11,7 @@ from PIL import Image
 from tests.test_vcr_data import VOCAB
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("make_demo_data", os.path.join(ROOT, "scripts", "make_demo_data.py"))
+_spec = importlib.util.spec_from_file_location("make_demo_data", os.path.join(ROOT, "demo", "make_demo_data.py"))
 demo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(demo)
 

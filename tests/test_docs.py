@@ -5,7 +5,7 @@ pretrained-model pages they link to
   GitHub's slug style;
 * every config key written in backticks as ``SECTION.KEY`` / ``SECTION.SUB.KEY`` (and every key after
   ``--opts`` in a shown command) exists in some task's defaults;
-* every ``scripts/...``, ``bench/...`` and ``<task>/*.py`` command of a fenced code block exists and
+* every ``scripts/...``, ``tools/...``, ``demo/...``, ``bench/...`` and ``<task>/*.py`` command of a fenced code block exists and
   accepts each ``--flag`` it is shown with: a Python script's ``--help`` lists it (all helps are read in
   one subprocess, which imports torch once), a shell script's text (its usage lines) names it; flags after
   a script that the command hands on (``dist_run_single.sh 4 vcr/train_end2end.py ... --opts``) belong
@@ -40,7 +40,7 @@ KEY = re.compile(r"^([A-Z][A-Z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+)(?=$|[:\s])")
 # File names look like keys (README.md, PRETRAINED.model): their last part is an extension, never a key.
 FILE_EXTENSIONS = {"md", "py", "sh", "yaml", "yml", "txt", "json", "jsonl", "model", "zip", "lmdb", "tar", "csv",
                    "npy", "png", "jpg", "log", "p", "pth", "safetensors", "cache", "doc"}
-SCRIPT = re.compile(r"^(?:\./)?((?:scripts|bench)/[\w./-]+\.(?:py|sh)|(?:{})/\w+\.py)$".format("|".join(TASK_NAMES)))
+SCRIPT = re.compile(r"^(?:\./)?((?:scripts|tools|demo|bench)/[\w./-]+\.(?:py|sh)|(?:{})/\w+\.py)$".format("|".join(TASK_NAMES)))
 SHELL_LANGS = {"", "bash", "sh", "shell", "console"}
 PYTHONS = {"python", "python3", ".venv/bin/python", "$PY"}
 FIGURE = re.compile(r"<!--\s*(/?)FIGURE:\s*([\w-]+)\s*-->")
@@ -369,10 +369,40 @@ def figure_problems(path):
     return problems
 
 
+# A file of the project named in prose, a code span, a comment or a docstring: scripts/run_demo.sh, tools/x.py.
+NAMED_FILE = re.compile(r"(?<![\w./-])((?:scripts|tools|demo|bench)/[\w-]+\.(?:py|sh))\b")
+# Where files are named for a reader: the pages, the configs and the product's own code and scripts.
+NAMING_FILES = ("*.md", "docs/*.md", "data/*.md", "cfgs/**/*.yaml", "common/**/*.py", "scripts/*", "tools/*.py",
+                "demo/*", "bench/*", "vcr/**/*.py", "vqa/**/*.py", "refcoco/**/*.py", "pretrain/**/*.py",
+                "cls/**/*.py", ".ci/run")
+
+
+def missing_named_files(paths):
+    """``path:line: names X, which does not exist`` for each :data:`NAMED_FILE` of the files ``paths`` that is
+    not a file of the repository (a path left behind by a move, a renamed script)."""
+    problems = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                for name in NAMED_FILE.findall(line):
+                    if not os.path.isfile(os.path.join(ROOT, name)):
+                        problems.append("{}:{}: names {}, which does not exist".format(
+                            os.path.relpath(path, ROOT), n, name))
+    return problems
+
+
 # --- the project's pages -------------------------------------------------------------------------
 
 def test_links_resolve():
     problems = [p for path in doc_files() for p in broken_links(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_named_files_exist():
+    paths = sorted({p for pattern in NAMING_FILES for p in glob.glob(os.path.join(ROOT, pattern), recursive=True)
+                    if os.path.isfile(p)})
+    assert len(paths) > 100  # the pages, configs and code are found: the check is not empty
+    problems = missing_named_files(paths)
     assert not problems, "\n".join(problems)
 
 
@@ -429,13 +459,21 @@ def test_checks_report_broken_pages(tmp_path):
     assert len(figure_problems(str(page))) == 2  # b opens inside a, b never closed
 
 
+def test_named_file_check_reports_old_paths(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("run `scripts/run_demo.sh`, then tools/predict.py;\n"
+                    "# the old home: scripts/predict.py (and demo/no_such.sh)\n")
+    assert [p.split(": ", 1)[1] for p in missing_named_files([str(page)])] == [
+        "names scripts/predict.py, which does not exist", "names demo/no_such.sh, which does not exist"]
+
+
 def test_command_check_reports_unknown_flags_keys_and_scripts(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(
         "```bash\n"
         "python vcr/val.py --a-cfg CFG [--r-ckpt CKPT] --no-such-flag  # comment --ignored\n"
         "./scripts/dist_run_single.sh 2 vqa/test.py CFG --ckpt C \\\n    --opts TRAIN.LR 1 TRAIN.NOPE 2\n"
-        "python scripts/convert_cc_shards.py index --shards 'a/{0..1}.tar' --workers 2\n"
+        "python tools/convert_cc_shards.py index --shards 'a/{0..1}.tar' --workers 2\n"
         "./scripts/run_tests.sh --runslow --slowest\n"
         "python bench/no_such_bench.py\n"
         "```\n"

@@ -1,4 +1,4 @@
-"""``scripts/export.py`` on checkpoints of tiny runs of the real entry points: the ONNX files of the cls and VQA
+"""``tools/export.py`` on checkpoints of tiny runs of the real entry points: the ONNX files of the cls and VQA
 models give the answers ``test.py`` writes when onnxruntime runs them on the test loader's batches; the safetensors
 hand-off folder holds the checkpoint's weights exactly and ``test.py`` reads it as it reads the checkpoint; the
 tasks without a graph are refused by name; a runtime that drifts past 1e-4 makes the command exit 1."""
@@ -23,10 +23,10 @@ from tests import tiny_vqa
 from tests.conftest import ROOT
 from tests.tiny_vcr import run_script
 
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "demo"))
 import make_cls_demo_data  # noqa: E402
 
-EXPORT = os.path.join(ROOT, "scripts", "export.py")
+EXPORT = os.path.join(ROOT, "tools", "export.py")
 MAX_LINE = re.compile(r"^max \|onnx - eager\| = (\S+) \(tolerance 0.0001\)$", re.M)
 CASE_LINE = re.compile(r"^  onnxruntime on (.*): max \|onnx - eager\| = (\S+)$", re.M)
 VQA_CFG = "base_4x16G_fp32"
@@ -38,7 +38,7 @@ CLS_OPTS = ["NETWORK.ARCH", "vit_tiny_patch16_224", "NETWORK.ARCH_KWARGS",
 
 
 def export(capsys, *args):
-    """``python scripts/export.py args...`` in this process: (exit code, stdout, stderr)."""
+    """``python tools/export.py args...`` in this process: (exit code, stdout, stderr)."""
     capsys.readouterr()
     code = run_script(EXPORT, [str(a) for a in args])
     out, err = capsys.readouterr()
@@ -180,10 +180,10 @@ def test_cls_onnx_answers_as_test_py_and_the_handoff_holds_the_class_names(cls_r
     from_ckpt = Predictor.from_checkpoint(cfg_path, ckpt)(images)
     assert Predictor.from_checkpoint(None, str(folder))(images) == from_ckpt
     assert [len(r["predictions"]) for r in from_ckpt] == [5, 5, 5]
-    # ... and so does scripts/predict.py, --cfg left out
+    # ... and so does tools/predict.py, --cfg left out
     from PIL import Image
     Image.fromarray(images[0]["image"]).save(str(tmp_path / "x.png"))
-    predict = os.path.join(ROOT, "scripts", "predict.py")
+    predict = os.path.join(ROOT, "tools", "predict.py")
     for name, args in (("ckpt", ["--cfg", cfg_path, "--ckpt", ckpt]), ("folder", ["--ckpt", str(folder)])):
         assert run_script(predict, args + ["--image", str(tmp_path / "x.png"), "--json",
                                            str(tmp_path / (name + ".json"))]) in (0, None)

@@ -1,4 +1,4 @@
-"""scripts/extract_features.py with boxes from a grid, a file and a detector, on the scikit-image
+"""tools/extract_features.py with boxes from a grid, a file and a detector, on the scikit-image
 photographs: the per-image JSON read back by the VQA feature reader and the caption index by the
 pretraining dataset; undecodable images, bad grids and bad detector weights."""
 import json

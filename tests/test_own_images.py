@@ -1,6 +1,6 @@
 """The own-images walkthrough (data/PREPARE_DATA.md, "Your own photos and questions") on the
 scikit-image photographs: steps 1-2 through the real scripts (fast), then the whole chain through
-scripts/run_demo_own_images.sh at tiny size (slow)."""
+demo/run_demo_own_images.sh at tiny size (slow)."""
 import glob
 import json
 import os
@@ -23,7 +23,7 @@ MAX_SIDE = 96  # the example's photographs shrunk: a random ResNet-50 encodes th
 
 
 def example(folder):
-    """(photos folder, QA JSON) of scripts/own_images_example.py, photos shrunk."""
+    """(photos folder, QA JSON) of demo/own_images_example.py, photos shrunk."""
     load_script("own_images_example").make_example(str(folder), MAX_SIDE)
     return str(folder / "photos"), str(folder / "qa.json")
 
@@ -102,7 +102,7 @@ def test_the_whole_chain_from_photos_to_predictions(tmp_path):
             "NETWORK.VLBERT.vocab_size": len(SPECIAL_TOKENS) + len(words), "TRAIN.END_EPOCH": 1,
             "TRAIN.BATCH_IMAGES": 4, "TRAIN.WARMUP_STEPS": 1, "VAL.BATCH_IMAGES": 4, "TEST.BATCH_IMAGES": 4}
     opts = [str(x) for kv in tiny.items() for x in kv]
-    result = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run_demo_own_images.sh"), photos, qa] + opts,
+    result = subprocess.run(["bash", os.path.join(ROOT, "demo", "run_demo_own_images.sh"), photos, qa] + opts,
                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = os.path.join(out, "output", "vl-bert", "vqa", "demo_cpu", "train2014_train")

@@ -1,4 +1,4 @@
-"""scripts/plot_curves.py and common.tb_events: the PNG of a run's TensorBoard scalars."""
+"""tools/plot_curves.py and common.tb_events: the PNG of a run's TensorBoard scalars."""
 import os
 import subprocess
 import sys
@@ -9,7 +9,7 @@ from tensorboardX import SummaryWriter
 from common.tb_events import read_scalars
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "scripts", "plot_curves.py")
+SCRIPT = os.path.join(ROOT, "tools", "plot_curves.py")
 
 
 def _write_run(folder, steps, purge_step=None, start=0, suffix=".0"):
@@ -46,7 +46,7 @@ def test_plot_curves_writes_a_png_of_every_panel(tmp_path):
     assert done.stdout.strip() == str(out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10000
 
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
     try:
         from plot_curves import panels
     finally:

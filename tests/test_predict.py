@@ -1,4 +1,4 @@
-"""The predictor (common/predict.py) and scripts/predict.py on tiny trained checkpoints: a prediction equals what
+"""The predictor (common/predict.py) and tools/predict.py on tiny trained checkpoints: a prediction equals what
 the task's test.py / val.py computes for the same item of a tiny data set, batching changes nothing, bad inputs
 give one clear UserInputError (the script: an ``error:`` line, exit 2)."""
 import json
@@ -52,7 +52,7 @@ def _feature_folder(inputs, split):
 
 @pytest.fixture(scope="module")
 def vqa_run(tmp_path_factory):
-    """A tiny VQA model trained on features that scripts/extract_features.py made from the tiny images with a
+    """A tiny VQA model trained on features that tools/extract_features.py made from the tiny images with a
     random ResNet-50 (boxes from a file), and its test.py JSON. Returns a dict of paths and opts."""
     from bench.smoke_paper_config import random_resnet_file
     from common.data.region_features import read_feature_json
@@ -70,7 +70,7 @@ def vqa_run(tmp_path_factory):
     for split, listed in entries.items():
         boxes = root / "boxes_{}.json".format(split)
         boxes.write_text(json.dumps(listed))
-        assert run_script(os.path.join(ROOT, "scripts", "extract_features.py"), [
+        assert run_script(os.path.join(ROOT, "tools", "extract_features.py"), [
             "--boxes", str(boxes), "--image-root", inputs.coco, "--out", _feature_folder(inputs, split),
             "--cfg", VQA_CFG, "--weights", weights, "--device", "cpu", "--opts"] + FEATURE_OPTS) in (0, None)
     opts = inputs.opts() + FEATURE_OPTS
@@ -157,12 +157,12 @@ def test_answer_vocabulary_that_does_not_match_the_checkpoint(vqa_run, tmp_path)
 
 @pytest.fixture(scope="module")
 def cls_run(tmp_path_factory):
-    """A tiny ViT trained 2 steps on the cls demo data (scripts/make_cls_demo_data.py) and its cls/test.py CSV."""
+    """A tiny ViT trained 2 steps on the cls demo data (demo/make_cls_demo_data.py) and its cls/test.py CSV."""
     import csv
     import glob
     import sys
 
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    sys.path.insert(0, os.path.join(ROOT, "demo"))
     import make_cls_demo_data
     from tests.test_cls import TINY_VIT
 
@@ -397,7 +397,7 @@ def test_pretraining_top_words_are_the_argmax_of_the_mlm_logits_through_the_data
 
 def _predict_cli(argv, capsys):
     capsys.readouterr()
-    code = run_script(os.path.join(ROOT, "scripts", "predict.py"), argv)
+    code = run_script(os.path.join(ROOT, "tools", "predict.py"), argv)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -469,7 +469,7 @@ def test_attention_maps_of_one_input(vqa_run, vqa_predictor, tmp_path):
 
 
 def test_the_run_folders_feature_record_needs_no_flag(vqa_run, vqa_predictor, tmp_path):
-    """What scripts/run_demo_vqa.sh records next to the checkpoint (encoder config, weights, box source) stands
+    """What demo/run_demo_vqa.sh records next to the checkpoint (encoder config, weights, box source) stands
     for --feature-weights and --box-source."""
     import shutil
 

@@ -105,8 +105,7 @@ def test_corpus_errors_name_the_file(tmp_path, tok):
 
 
 def _demo_module():
-    spec = importlib.util.spec_from_file_location("make_demo_corpus", os.path.join(ROOT, "scripts",
-                                                                                   "make_demo_corpus.py"))
+    spec = importlib.util.spec_from_file_location("make_demo_corpus", os.path.join(ROOT, "demo", "make_demo_corpus.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -119,7 +118,7 @@ def test_demo_corpus_from_the_standard_library(tmp_path, tok):
     assert zen[0] == "Beautiful is better than ugly."
     assert zen[-1] == "Namespaces are one honking great idea -- let's do more of those!"
     out = str(tmp_path / "en_corpus" / "demo.doc")
-    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_corpus.py"), "--out", out],
+    subprocess.run([sys.executable, os.path.join(ROOT, "demo", "make_demo_corpus.py"), "--out", out],
                    check=True, capture_output=True)
     passages = read_passages(out)
     assert passages == demo.demo_passages() and passages[:19] == zen

@@ -24,7 +24,7 @@ from common.errors import UserInputError
 from pretrain.data.caption_dataset import ConceptualCaptionsDataset
 from pretrain.data.caption_shards import CaptionShardDataset
 from pretrain.data.conceptual_captions import read_caption_index
-from scripts.convert_cc_shards import from_shards, index, to_shards
+from tools.convert_cc_shards import from_shards, index, to_shards
 from tests import pretrain_fixtures
 from tests import tiny_pretrain as tp
 from tests import tiny_vcr as vcr
@@ -141,7 +141,7 @@ def demo(tmp_path_factory):
     """The demo captions (11 photographs + 2 scenes for training) and their shards (4 samples a shard)."""
     import runpy
     root = tmp_path_factory.mktemp("cc_demo")
-    make = runpy.run_path(os.path.join(tp.ROOT, "scripts", "make_demo_captions.py"))["make_demo_captions"]
+    make = runpy.run_path(os.path.join(tp.ROOT, "demo", "make_demo_captions.py"))["make_demo_captions"]
     make(str(root / "cc"), sizes=(2, 1))
     pattern = to_shards(str(root / "cc"), "train", str(root / "shards"), per_shard=4)
     assert pattern == "train-{00000..00003}.tar"

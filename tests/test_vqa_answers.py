@@ -1,5 +1,5 @@
 """VQA answers: official normalisation, leave-one-out accuracy, soft scores, the answer vocabulary
-and scripts/build_vqa_answers.py."""
+and tools/build_vqa_answers.py."""
 import importlib.util
 import json
 import os
@@ -13,7 +13,7 @@ from vqa.data.answers import (UNK, AnswerVocab, AnswerVocabError, leave_one_out_
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _spec = importlib.util.spec_from_file_location("build_vqa_answers",
-                                               os.path.join(ROOT, "scripts", "build_vqa_answers.py"))
+                                               os.path.join(ROOT, "tools", "build_vqa_answers.py"))
 build_vqa_answers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(build_vqa_answers)
 

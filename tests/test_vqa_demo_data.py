@@ -1,4 +1,4 @@
-"""scripts/make_demo_data.py --vqa: the VQA-format demo in the official layout, whose learnable answers
+"""demo/make_vqa_demo_data.py: the VQA-format demo in the official layout, whose learnable answers
 are in the pixels (checked against the pixels here), read by the project's own readers."""
 import json
 import os
@@ -19,7 +19,7 @@ COLORS = {"red": (215, 40, 40), "green": (40, 170, 60), "blue": (45, 80, 215), "
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("demo_vqa"))
-    proc = subprocess.run([sys.executable, "scripts/make_demo_data.py", "--vqa", "--out", path, "--train", "40",
+    proc = subprocess.run([sys.executable, "demo/make_vqa_demo_data.py", "--out", path, "--train", "40",
                            "--val", "10", "--test", "6"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return path

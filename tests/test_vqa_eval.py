@@ -138,7 +138,7 @@ def test_rounding_is_half_away_from_zero_like_the_official_python2_code():
 
 
 def test_split_vqa_val_by_minival_images(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("split_vqa_val", os.path.join(ROOT, "scripts", "split_vqa_val.py"))
+    spec = importlib.util.spec_from_file_location("split_vqa_val", os.path.join(ROOT, "tools", "split_vqa_val.py"))
     split = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(split)
     paths = write_split(tmp_path)

@@ -1,5 +1,5 @@
-"""Region features: per-image JSON and TSV readers, the memory-mapped cache, scripts/build_feature_cache.py
-and scripts/extract_features.py (both formats, read back by both readers)."""
+"""Region features: per-image JSON and TSV readers, the memory-mapped cache, tools/build_feature_cache.py
+and tools/extract_features.py (both formats, read back by both readers)."""
 import base64
 import copy
 import importlib.util
@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", name + ".py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", name + ".py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -196,7 +196,7 @@ def test_cache_errors(tmp_path):
         f.truncate(10)
     with pytest.raises(FeatureCacheError, match=r"features\.bin: expected 128 bytes \(4x8 float32\), found 10"):
         FeatureCache(path)
-    with pytest.raises(FileNotFoundError, match="build it with scripts/build_feature_cache.py"):
+    with pytest.raises(FileNotFoundError, match="build it with tools/build_feature_cache.py"):
         FeatureCache(str(tmp_path / "dims"))
 
 
@@ -219,7 +219,7 @@ def test_build_feature_cache_script_from_json_folder_and_tsv(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def extracted(tmp_path_factory):
-    """Features of two tiny images through scripts/extract_features.py, once as JSON and once as TSV,
+    """Features of two tiny images through tools/extract_features.py, once as JSON and once as TSV,
     with a random ResNet-18 given by --weights."""
     root = tmp_path_factory.mktemp("extract")
     rng = np.random.default_rng(0)

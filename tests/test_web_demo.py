@@ -1,4 +1,4 @@
-"""The web page (``scripts/serve_demo.py`` on ``common/web_demo.py``) on tiny trained checkpoints: its backend shows
+"""The web page (``tools/serve_demo.py`` on ``common/web_demo.py``) on tiny trained checkpoints: its backend shows
 what the predictor computes (answers, boxes, the attention painted per word), bad photos and questions give a
 message, not an exception; and in a real browser (Debian's Chromium through selenium) the page answers a photo
 and a question as the predictor does, shows the error of a file that is not an image and answers again.
@@ -29,7 +29,7 @@ from common.web_demo import DRAWN_SIDE, MAX_PIXELS, DemoBackend
 from tests.conftest import ROOT
 from tests.test_predict import VQA_CFG, cls_run, refcoco_run, vqa_run  # noqa: F401  (module fixtures: tiny runs)
 
-SERVE = os.path.join(ROOT, "scripts", "serve_demo.py")
+SERVE = os.path.join(ROOT, "tools", "serve_demo.py")
 GRID = ["--box-source", "grid", "--grid", "2x2"]  # 4 cells, the whole image first: 5 regions
 QUESTION = "what color is it ?"
 # The VQA model's text: [CLS] question [SEP] [MASK] [SEP].
@@ -181,7 +181,7 @@ def _free_port():
 
 
 def _serve(vqa_run, port, examples):
-    """Start ``scripts/serve_demo.py`` on the tiny VQA run; returns (process, queue of its output lines)."""
+    """Start ``tools/serve_demo.py`` on the tiny VQA run; returns (process, queue of its output lines)."""
     proc = subprocess.Popen([sys.executable, SERVE, "--cfg", VQA_CFG, "--ckpt", vqa_run["ckpt"], "--port", str(port),
                              "--feature-weights", vqa_run["weights"], "--topk", "3", "--examples", examples]
                             + GRID + ["--opts"]

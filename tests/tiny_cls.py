@@ -1,6 +1,6 @@
 """Tiny cls runs through the real entry point, ``cls/train_end2end.py``, for the tests (and bench/gpu_suite.py).
 
-A ViT of one block of width 24 on 32 px images (:data:`TINY_VIT`), trained on ``scripts/make_cls_demo_data.py``'s
+A ViT of one block of width 24 on 32 px images (:data:`TINY_VIT`), trained on ``demo/make_cls_demo_data.py``'s
 CIFAR-10-format data for one epoch (:func:`opts`).
 """
 TINY_VIT = ["NETWORK.ARCH", "vit_tiny_patch16_224", "NETWORK.ARCH_KWARGS",

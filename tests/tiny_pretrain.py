@@ -4,8 +4,8 @@ Config: a shipped ``cfgs/pretrain/*.yaml`` with :func:`opts`: tiny sizes (2 laye
 without dilation on 32-48 px images), the demo data in place of the data paths (every other value of
 the config's DATASET entries stays), 2 samples per data set and batch, one epoch, fp32.
 
-Inputs (:func:`make_inputs`): ``scripts/make_demo_captions.py`` at a small size (the 11 photographs and
-4 scenes for training, 2 scenes for validation), ``scripts/make_demo_corpus.py``'s corpus, a tiny BERT
+Inputs (:func:`make_inputs`): ``demo/make_demo_captions.py`` at a small size (the 11 photographs and
+4 scenes for training, 2 scenes for validation), ``demo/make_demo_corpus.py``'s corpus, a tiny BERT
 folder on the data's words and a random ResNet-18 with zero-init residuals.
 """
 import json
@@ -134,7 +134,7 @@ def make_inputs(root, train_scenes=4, val_scenes=2):
     for script, args in (("make_demo_captions.py", ["--out", captions, "--train", str(train_scenes),
                                                     "--val", str(val_scenes)]),
                          ("make_demo_corpus.py", ["--out", corpus])):
-        out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script)] + args,
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "demo", script)] + args,
                              capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
     vocab = _vocabulary(captions, corpus)

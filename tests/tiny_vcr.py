@@ -8,7 +8,7 @@ validation set, and fp32 (fp16 autocast on a CPU runs a slow convolution; the fp
 
 Inputs (:func:`make_inputs`, made once per test session):
 
-* data: ``scripts/make_demo_data.py`` at its smallest (16 training items, 11 of them on the
+* data: ``demo/make_demo_data.py`` at its smallest (16 training items, 11 of them on the
   photographs) plus the zip of the images (ZIP_MODE); 2 training scenes are padded to portrait
   so that ASPECT_GROUPING has two groups; ``train_same_size.jsonl`` holds 8 items on square
   scenes of one size (no padding in a batch: equal sums for any batch split);
@@ -279,7 +279,7 @@ def make_inputs(root):
     random_resnet_file = runpy.run_path(os.path.join(ROOT, "bench", "smoke_paper_config.py"))["random_resnet_file"]
     root = str(root)
     data = os.path.join(root, "data")
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), "--out", data,
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "demo", "make_demo_data.py"), "--out", data,
                           "--train", "5", "--val", "1", "--test", "1"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     for scene in PORTRAIT_SCENES:

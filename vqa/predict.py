@@ -3,7 +3,7 @@
 Items are built by the data set's own code (:class:`vqa.data.vqa.VQAItems`); the boxes of a raw photo come
 from a box source (:class:`common.data.box_sources.BoxSource`), and a model trained on precomputed region
 features (``NETWORK.IMAGE_FEAT_PRECOMPUTED``, the VQA demo) gets them from the image encoder that made them
-(:mod:`common.modeling.region_extractor`, what ``scripts/extract_features.py`` runs).
+(:mod:`common.modeling.region_extractor`, what ``tools/extract_features.py`` runs).
 """
 import re
 

@@ -1,5 +1,5 @@
 """Image-classification data sets: CIFAR-10/100 "python version" pickles and the ImageFolder layout (a folder,
-or with ``DATASET.LMDB_MODE`` its LMDB store ``{split}.lmdb`` from ``scripts/pack_lmdb.py``).
+or with ``DATASET.LMDB_MODE`` its LMDB store ``{split}.lmdb`` from ``tools/pack_lmdb.py``).
 
 Every item is ``(image float32 [3, S, S], label int64, index int64)`` with ``S = DATASET.IMAGE_SIZE``; the
 ``index`` (dataset position) lets the test evaluator write the predictions in file order. Sources:

@@ -60,7 +60,7 @@ def common_defaults():
     _C.DATASET.TRAIN_IMAGE_SET = ''
     _C.DATASET.VAL_IMAGE_SET = ''
     _C.DATASET.TEST_IMAGE_SET = ''
-    # (new) Read images and per-image JSON from LMDB stores packed by scripts/pack_lmdb.py: where
+    # (new) Read images and per-image JSON from LMDB stores packed by tools/pack_lmdb.py: where
     # DATASET.ZIP_MODE reads 'x.zip@/inner/path', read 'x.lmdb@/inner/path' (data/PREPARE_DATA.md, "LMDB").
     # Not with ZIP_MODE.
     _C.DATASET.LMDB_MODE = False

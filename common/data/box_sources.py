@@ -214,7 +214,7 @@ DEFAULT_DETECTOR = "fasterrcnn_resnet50_fpn_v2"
 
 
 class BoxSource:
-    """Boxes of one raw image from a box source of ``scripts/extract_features.py``: ``source(image, name)``
+    """Boxes of one raw image from a box source of ``tools/extract_features.py``: ``source(image, name)``
     -> float32 ``[K, 4]`` ``(x1, y1, x2, y2)`` pixels of ``image`` (the whole image not included).
 
     Args:

@@ -7,7 +7,7 @@ takes a ``SampleKey`` (``common.data.samplers.resolve_key`` turns it into the in
 generator its random transforms draw from); everything else here is shared
 (maskrcnn-benchmark ``data/build.py`` has the same shape). A dataset whose model tells padding by values other
 than :data:`common.data.collate.DEFAULT_PAD_VALUES` names them in a ``pad_values`` attribute
-(``{field name: pad value}``). ``scripts/check_data.py`` uses two optional methods: ``item_source(index)``
+(``{field name: pad value}``). ``tools/check_data.py`` uses two optional methods: ``item_source(index)``
 -> ``(file, jsonl line from 1 | {'index': n} | other dict)`` where the item is defined, and ``check_item(index)``,
 a cheaper read of the item than ``__getitem__`` that raises the same errors (VCR: image headers only).
 """

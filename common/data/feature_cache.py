@@ -134,7 +134,7 @@ class FeatureCache:
         index_path = os.path.join(path, _INDEX)
         if not os.path.isfile(index_path):
             raise FileNotFoundError("feature cache '{}' has no {} (build it with "
-                                    "scripts/build_feature_cache.py)".format(path, _INDEX))
+                                    "tools/build_feature_cache.py)".format(path, _INDEX))
         with np.load(index_path, allow_pickle=False) as index:
             index = {k: index[k] for k in index.files}
         if int(index["version"]) != CACHE_VERSION:

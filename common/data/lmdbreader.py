@@ -1,6 +1,6 @@
 """Read files packed into an LMDB store, addressed as ``store.lmdb@/inner/path``.
 
-A store is the LMDB directory written by ``scripts/pack_lmdb.py``: the named database ``files`` maps each
+A store is the LMDB directory written by ``tools/pack_lmdb.py``: the named database ``files`` maps each
 file's relative path (UTF-8 key, ``/`` separators) to its bytes as they were on disk (encoded JPEG / PNG,
 JSON text); the named database ``meta`` holds ``complete`` (a JSON summary) once packing has finished.
 The names inside are those a zip of the same files holds, so ``x.lmdb@/inner`` reads what ``x.zip@/inner``
@@ -58,7 +58,7 @@ class LmdbReader:
         opened = cls._envs.get(store)
         if opened is None:
             if not os.path.isdir(store):
-                raise FileNotFoundError("LMDB store '{}' does not exist (pack it with scripts/pack_lmdb.py)".format(
+                raise FileNotFoundError("LMDB store '{}' does not exist (pack it with tools/pack_lmdb.py)".format(
                     store))
             try:
                 env = lmdb.open(store, readonly=True, lock=False, readahead=False, max_dbs=MAX_DBS)
@@ -68,14 +68,14 @@ class LmdbReader:
                 files, meta = env.open_db(FILES_DB, create=False), env.open_db(META_DB, create=False)
             except lmdb.Error:
                 env.close()
-                raise UserInputError("'{}' is not a store of scripts/pack_lmdb.py (no 'files' database)".format(
+                raise UserInputError("'{}' is not a store of tools/pack_lmdb.py (no 'files' database)".format(
                     store)) from None
             with env.begin(db=meta) as txn:
                 complete = txn.get(COMPLETE_KEY) is not None
             if not complete:
                 env.close()
                 raise UserInputError("LMDB store '{}' is incomplete: packing stopped before the end; run "
-                                     "scripts/pack_lmdb.py again with the same arguments to finish it".format(store))
+                                     "tools/pack_lmdb.py again with the same arguments to finish it".format(store))
             opened = cls._envs[store] = (env, files)
         return opened
 
@@ -85,7 +85,7 @@ class LmdbReader:
 
         Raises:
             FileNotFoundError: the store, or the key inside it, does not exist.
-            UserInputError: the folder is not a finished store of ``scripts/pack_lmdb.py``.
+            UserInputError: the folder is not a finished store of ``tools/pack_lmdb.py``.
         """
         store, inner = split_lmdb_path(path)
         env, files = cls._open(store)

@@ -2,7 +2,7 @@
 
 A data set names a file by one string. ``a/b.jpg`` is a file; ``a/x.zip@/inner/b.jpg`` the member
 ``inner/b.jpg`` of the archive ``a/x.zip`` (:mod:`common.data.zipreader`); ``a/x.lmdb@/inner/b.jpg`` the key
-``inner/b.jpg`` of the store ``a/x.lmdb`` packed by ``scripts/pack_lmdb.py`` (:mod:`common.data.lmdbreader`).
+``inner/b.jpg`` of the store ``a/x.lmdb`` packed by ``tools/pack_lmdb.py`` (:mod:`common.data.lmdbreader`).
 An LMDB store holds the names a zip of the same files holds, so a task switches between its three storages
 by changing the marker alone (:func:`stored_folder`), and every loader (``common.data.loading``, the feature
 readers, the task data sets) reads through :func:`read_bytes` and :func:`list_dir`.
@@ -29,7 +29,7 @@ def stored_folder(folder, storage):
 
     ``data/vcr/vcr1images`` stays as it is for 'folder', becomes ``data/vcr/vcr1images.zip@/vcr1images`` for
     'zip' (the archive holds the folder, as ``zip -r`` writes it) and ``data/vcr/vcr1images.lmdb@/vcr1images``
-    for 'lmdb' (the store of that zip or folder: ``scripts/pack_lmdb.py``).
+    for 'lmdb' (the store of that zip or folder: ``tools/pack_lmdb.py``).
 
     Raises:
         ValueError: ``storage`` is not one of :data:`STORAGES`.

@@ -132,7 +132,7 @@ def cached_index(path):
     """:func:`index_shard` through the ``.idx.json`` cache next to the shard (see the module docstring).
 
     The pass costs about 0.1 ms of CPU per member (``tarfile``'s header parsing); index a large set once
-    beforehand, in parallel: ``scripts/convert_cc_shards.py index``.
+    beforehand, in parallel: ``tools/convert_cc_shards.py index``.
     """
     stat = os.stat(path)
     stamp = {"version": INDEX_VERSION, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}

@@ -3,7 +3,7 @@ a checkpoint was trained with the same one.
 
 ``'resnet'``: :class:`common.modeling.fast_rcnn.FastRCNN` (the paper's Fast R-CNN on a ResNet);
 ``'vit'``: :class:`common.modeling.vit_encoder.ViTEncoder` (a timm ViT, RoI Align on its patch map). Both take
-the same arguments and return the same output dict, so the task modules and ``scripts/extract_features.py``
+the same arguments and return the same output dict, so the task modules and ``tools/extract_features.py``
 build either through :func:`build_image_encoder`.
 """
 import yaml

@@ -1,4 +1,4 @@
-"""Region features of images with the project's image encoder, as ``scripts/extract_features.py`` writes
+"""Region features of images with the project's image encoder, as ``tools/extract_features.py`` writes
 them and as a predictor of a model trained on such features recomputes them for a new photo.
 
 The features are the ``obj_reps_raw`` of the encoder ``NETWORK.IMAGE_ENCODER`` names

@@ -22,7 +22,7 @@ Reading by member offset (not webdataset's stream reader) gives exact mid-epoch 
 skipped and counted (``DATASET.MAX_SKIPPED_SHARE``); it takes the next readable sample's place.
 
 Keys: ``DATASET.{TRAIN,VAL,TEST}_SHARDS`` (brace patterns under ``DATASET_PATH``), ``DATASET.SHUFFLE_BUFFER``,
-``DATASET.GRID_BOXES``; ``scripts/convert_cc_shards.py`` converts the reference's layout to shards and back.
+``DATASET.GRID_BOXES``; ``tools/convert_cc_shards.py`` converts the reference's layout to shards and back.
 """
 import io
 

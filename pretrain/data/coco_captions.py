@@ -16,9 +16,9 @@ A user's folder (``read_caption_list``): a JSON list ``[{"image": "photo.jpg", "
 "image_id": "photo"}, ...]`` (``image`` relative to the folder, ``image_id`` optional: the file name's stem).
 
 Box sources (``attach_boxes``): ``coco`` (the instance boxes above), ``grid`` (a rows x cols grid,
-``common.data.box_sources.grid_boxes``), ``file`` (a boxes JSON as ``scripts/extract_features.py --boxes``
+``common.data.box_sources.grid_boxes``), ``file`` (a boxes JSON as ``tools/extract_features.py --boxes``
 reads: ``[{"image_id", "image", "boxes": [[x1, y1, x2, y2, ...], ...]}]``) or ``features`` (a folder of the
-per-image ``<image_id>.json`` files ``scripts/extract_features.py`` writes, detector boxes included; only the
+per-image ``<image_id>.json`` files ``tools/extract_features.py`` writes, detector boxes included; only the
 boxes are read). Boxes are pixels of the image file; with ``DATASET.ADD_IMAGE_AS_A_BOX`` the whole image is
 region 0.
 """

@@ -141,7 +141,7 @@ def detections_from_json(meta, where, with_features=False, features=None, with_c
         features (tensor or None): float32 ``(num_boxes, D)`` features given apart (a shard's ``.npy``
             member), used instead of ``meta['features']``.
         with_classes (bool): ``classes`` must be there (``NETWORK.WITH_MVRC_LOSS``); otherwise a file
-            without it (grid or given boxes, ``scripts/extract_features.py``) keeps its own region order.
+            without it (grid or given boxes, ``tools/extract_features.py``) keeps its own region order.
     Returns:
         ``Detections``, regions sorted by their highest class score, best first (stable for
         ties), as the reference orders them before keeping the first ``SEQ_LEN``; without ``classes``

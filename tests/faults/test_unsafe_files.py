@@ -173,7 +173,7 @@ def test_resume_and_partial_pretrain_entries_refuse_code(tiny_cfg, tiny_vcr, tmp
     assert not marker.exists()
 
 
-PRODUCT_DIRS = ("common", "vcr", "vqa", "pretrain", "refcoco", "scripts", "bench")
+PRODUCT_DIRS = ("common", "vcr", "vqa", "pretrain", "refcoco", "cls", "scripts", "tools", "demo", "bench")
 UNSAFE = re.compile(r"\btorch\.load\b|\btorch\.jit\.load\b|\bpickle\.loads?\b|\bUnpickler\b|\bcPickle\b|\bdill\b"
                     r"|\bmarshal\.loads?\b|allow_pickle\s*=\s*True|\byaml\.(?:load|unsafe_load|full_load)\b")
 

@@ -1,4 +1,4 @@
-"""Tiny VCR inputs for the fault tests: demo data (scripts/make_demo_data.py) and a generated BERT folder.
+"""Tiny VCR inputs for the fault tests: demo data (demo/make_demo_data.py) and a generated BERT folder.
 
 The BERT folder (vocab.txt of the data's words, bert_config.json, random pytorch_model.bin) keeps the
 VCR model at a 32-wide, 1-layer encoder, so a run through vcr/train_end2end.py takes seconds on CPU.
@@ -54,7 +54,7 @@ def make_tiny_vcr(root):
     """Demo data (val and test: the 4 generated scenes) and a BERT folder under ``root``; returns the
     ``--opts`` of a fast 1-epoch run on small images."""
     data, bert = os.path.join(root, "data"), os.path.join(root, "bert")
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), "--out", data,
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "demo", "make_demo_data.py"), "--out", data,
                           "--train", "4", "--val", "4", "--test", "4"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     for split in ("val", "test"):  # the 4 generated scenes only, not the 11 photographs

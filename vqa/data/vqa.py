@@ -28,7 +28,7 @@ from .vqa_files import check_same_split, load_annotations, load_questions
 __all__ = ["SPLITS", "VQADataError", "VQADataset", "VQAItems"]
 
 PREPARE_DOC = "data/PREPARE_DATA.md"
-# COCO image folder of each split (minival2014 / valminusminival2014: scripts/split_vqa_val.py).
+# COCO image folder of each split (minival2014 / valminusminival2014: tools/split_vqa_val.py).
 SPLITS = {"train2014": "train2014", "val2014": "val2014", "minival2014": "val2014",
           "valminusminival2014": "val2014", "test-dev2015": "test2015", "test2015": "test2015"}
 QUESTION_FILE = "vqa/v2_OpenEnded_mscoco_{}_questions.json"
@@ -92,7 +92,7 @@ class VQADataset(Dataset):
     ``image_box_feature``, or the mean of the region features as in the reference.
 
     Boxes come from the split's feature folder in both modes, or from its cache
-    (``<folder>.cache``, ``scripts/build_feature_cache.py``) when that exists. With precomputed
+    (``<folder>.cache``, ``tools/build_feature_cache.py``) when that exists. With precomputed
     features no transform is applied: the features do not flip, and boxes stay in pixels of the
     original image (the model embeds box positions relative to the image size, so the reference's
     resize of precomputed boxes changes nothing). End to end, a flip from ``transform`` swaps

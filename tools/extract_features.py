@@ -1,10 +1,10 @@
 """Region features for your own images, in the reference's per-image JSON format or as TSV, with boxes
 from a file, a regular grid or a detector; optionally a Conceptual-Captions-style index for pretraining.
 
-    python scripts/extract_features.py --box-source file --boxes boxes.json --image-root data/my_images \
+    python tools/extract_features.py --box-source file --boxes boxes.json --image-root data/my_images \
         --out data/my_features [common options]
-    python scripts/extract_features.py --box-source grid --grid 4x4 --image-root data/my_images --out ...
-    python scripts/extract_features.py --box-source detector --detector-weights \
+    python tools/extract_features.py --box-source grid --grid 4x4 --image-root data/my_images --out ...
+    python tools/extract_features.py --box-source detector --detector-weights \
         model/pretrained_model/fasterrcnn_resnet50_fpn_v2_coco-dd69338a.pth --image-root data/my_images --out ...
     common options: [--format json|tsv] [--cfg cfgs/vqa/base_4x16G_fp32.yaml] [--encoder resnet|vit]
         [--weights resnet101-pt-vgbua-0000.model]

@@ -1,8 +1,8 @@
 """Convert Conceptual Captions between the reference's layout and webdataset / img2dataset tar shards.
 
-    python scripts/convert_cc_shards.py to-shards --data DIR --out OUT [--image-set train] [--storage folder|zip|lmdb] [--per-shard N]
-    python scripts/convert_cc_shards.py from-shards --shards 'OUT/train-{00000..00003}.tar' --out DIR [--image-set S]
-    python scripts/convert_cc_shards.py index --shards 'cc3m/{00000..00331}.tar' [--workers 8]
+    python tools/convert_cc_shards.py to-shards --data DIR --out OUT [--image-set train] [--storage folder|zip|lmdb] [--per-shard N]
+    python tools/convert_cc_shards.py from-shards --shards 'OUT/train-{00000..00003}.tar' --out DIR [--image-set S]
+    python tools/convert_cc_shards.py index --shards 'cc3m/{00000..00331}.tar' [--workers 8]
 
 ``to-shards`` reads ``{DIR}/{set}_frcnn.json`` and its images and detector files (``pretrain/data/
 conceptual_captions.py``; ``--storage`` reads its ``.zip@/`` paths as ``DATASET.ZIP_MODE`` / ``LMDB_MODE`` do)

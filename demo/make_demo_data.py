@@ -21,10 +21,9 @@ Output (``--out``, default data/demo):
     vcr1images/      shapes/<split>_<n>.{jpg,json}, real/<name>.{jpg,json}
     vcr1images.zip   the same folder as a zip (``--zip``; for DATASET.ZIP_MODE)
 
-Usage: python scripts/make_demo_data.py [--out data/demo] [--seed 0] [--train 3000] [--val 500]
+Usage: python demo/make_demo_data.py [--out data/demo] [--seed 0] [--train 3000] [--val 500]
        [--test 200] [--zip]
-       python scripts/make_demo_data.py --vqa [--out data/demo_vqa] ...   the VQA-format demo
-       (scripts/vqa_demo_data.py)
+The VQA-format demo is demo/make_vqa_demo_data.py.
 """
 import argparse
 import json
@@ -435,35 +434,15 @@ def make_demo_data(out, seed=0, sizes=(3000, 500, 200), with_zip=False):
     return {fn: len(r) for fn, r in files.items()}
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def main_vqa(args):
-    """``--vqa``: the VQA-format demo (see scripts/vqa_demo_data.py)."""
-    from vqa_demo_data import make_vqa_demo_data
-
-    out = args.out or os.path.join(REPO, "data", "demo_vqa")
-    sizes = [1000 if args.train is None else args.train, 200 if args.val is None else args.val,
-             60 if args.test is None else args.test]
-    for split, n in make_vqa_demo_data(out, args.seed, sizes).items():
-        print("{:10s} {:5d} questions".format(split, n))
-    print("VQA demo data written to {}".format(out))
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", help="output folder (default data/demo, with --vqa data/demo_vqa)")
+    parser.add_argument("--out", default="data/demo", help="output folder (default data/demo)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train", type=int, help="learnable training questions (default 3000)")
     parser.add_argument("--val", type=int, help="learnable validation questions (default 500)")
     parser.add_argument("--test", type=int, help="learnable test questions (default 200)")
     parser.add_argument("--zip", action="store_true", help="also write vcr1images.zip (DATASET.ZIP_MODE)")
-    parser.add_argument("--vqa", action="store_true",
-                        help="write the VQA-format demo instead (scripts/vqa_demo_data.py; default --out "
-                             "data/demo_vqa, default sizes 1000 / 200 / 60 questions)")
     args = parser.parse_args()
-    if args.vqa:
-        return main_vqa(args)
     os.makedirs(args.out, exist_ok=True)
     sizes = [3000 if args.train is None else args.train, 500 if args.val is None else args.val,
              200 if args.test is None else args.test]

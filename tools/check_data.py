@@ -1,6 +1,6 @@
 """Read every item of a config's data sets before a long run, and list the ones that would stop it.
 
-    python scripts/check_data.py --cfg CFG [--task TASK] [--split train val test] [--json REPORT] [--decode]
+    python tools/check_data.py --cfg CFG [--task TASK] [--split train val test] [--json REPORT] [--decode]
                                  [--opts KEY VALUE ...]
 
 The data sets are built through the task as ``<task>/train_end2end.py`` builds them (the config read with

@@ -1,7 +1,7 @@
 """Export a trained model: a pickle-free safetensors hand-off folder, or an ONNX file checked against the model.
 
-    python scripts/export.py --cfg CFG --ckpt CKPT --format safetensors --out FOLDER
-    python scripts/export.py --cfg CFG --ckpt CKPT --format onnx --out FILE.onnx [--opset 18]
+    python tools/export.py --cfg CFG --ckpt CKPT --format safetensors --out FOLDER
+    python tools/export.py --cfg CFG --ckpt CKPT --format onnx --out FILE.onnx [--opset 18]
 
 ``--ckpt`` is a checkpoint file (``*.model``) or a hand-off folder (then ``--cfg`` may be left out: the folder's
 ``config.yaml`` is read). ``safetensors`` writes ``model.safetensors``, ``config.yaml``, the run folder's

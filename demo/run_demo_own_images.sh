@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # VQA on your own photos, start to end (walkthrough: data/PREPARE_DATA.md, "Your own photos and questions"):
-#   1. boxes and region features of every photo (scripts/extract_features.py --box-source grid|detector)
-#   2. the VQA v2-format files (scripts/own_vqa_data.py) and the answer vocabulary (scripts/build_vqa_answers.py)
+#   1. boxes and region features of every photo (tools/extract_features.py --box-source grid|detector)
+#   2. the VQA v2-format files (tools/own_vqa_data.py) and the answer vocabulary (tools/build_vqa_answers.py)
 #   3. fine-tuning with NETWORK.PARTIAL_PRETRAIN (vqa/train_end2end.py)
 #   4. predictions for the test questions (vqa/test.py)
 #   5. attention maps of the fine-tuned checkpoint (pretrain/vis_attention_maps.py), a photo's first question
 #      as its caption
-# Without PHOTOS and QA_JSON it runs on an example (scripts/own_images_example.py: the demo's photographs
+# Without PHOTOS and QA_JSON it runs on an example (demo/own_images_example.py: the demo's photographs
 # and questions). Start it as scripts/run_demo.sh own [...], which sets up .venv and the MiniLM link that
 # the default config reads.
-#   usage: scripts/run_demo_own_images.sh [PHOTOS QA_JSON] [KEY VALUE ...]   (KEY VALUE: training --opts)
+#   usage: demo/run_demo_own_images.sh [PHOTOS QA_JSON] [KEY VALUE ...]   (KEY VALUE: training --opts)
 # Environment (defaults in brackets):
 #   OUT [data/own_vqa]          data, features and the run's output folder
 #   CFG [cfgs/vqa/demo_cpu.yaml] VQA config (precomputed 2048-d features, DATASET.BOXES '36')
@@ -32,16 +32,16 @@ if [ $# -ge 2 ] && [ -e "$1" ]; then
     PHOTOS=$1 QA=$2
     shift 2
 else
-    "$PY" scripts/own_images_example.py --out "$OUT/example"
+    "$PY" demo/own_images_example.py --out "$OUT/example"
     PHOTOS=$OUT/example/photos QA=$OUT/example/qa.json
 fi
 
 # 2 first (it checks the QA file against the photos and makes the feature folder), then 1 into that folder.
 FEATURES="$("$PY" -c 'import sys; sys.path.insert(0, "."); from vqa.data.vqa import FEATURE_FOLDERS, PRECOMPUTED_ROOT
 print(sys.argv[1] + "/" + PRECOMPUTED_ROOT + "/" + FEATURE_FOLDERS["36"][0])' "$OUT")"
-"$PY" scripts/own_vqa_data.py --images "$PHOTOS" --qa "$QA" --out "$OUT"
+"$PY" tools/own_vqa_data.py --images "$PHOTOS" --qa "$QA" --out "$OUT"
 ANSWERS=$OUT/vqa/answers_vqa.txt
-"$PY" scripts/build_vqa_answers.py --annotations "$OUT/vqa/v2_mscoco_train2014_annotations.json" --min-count 1 \
+"$PY" tools/build_vqa_answers.py --annotations "$OUT/vqa/v2_mscoco_train2014_annotations.json" --min-count 1 \
     --out "$ANSWERS"
 
 # Step 1: boxes and features.
@@ -57,7 +57,7 @@ case "$BOX_SOURCE" in
                      --detector-weights "$DETECTOR_WEIGHTS") ;;
     *) echo "error: BOX_SOURCE must be grid or detector, got '$BOX_SOURCE'" >&2; exit 2 ;;
 esac
-"$PY" scripts/extract_features.py "${BOXES[@]}" --image-root "$PHOTOS" --out "$FEATURES" --cfg "$CFG" \
+"$PY" tools/extract_features.py "${BOXES[@]}" --image-root "$PHOTOS" --out "$FEATURES" --cfg "$CFG" \
     --weights "$RESNET_WEIGHTS"
 
 # Step 3: fine-tuning from a pretraining checkpoint. Its image projection (obj_downsample) was made for other

@@ -1,6 +1,6 @@
 """Build a VQA answer vocabulary (``answers_vqa.txt``) from annotation files.
 
-    python scripts/build_vqa_answers.py --annotations data/coco/vqa/v2_mscoco_train2014_annotations.json \
+    python tools/build_vqa_answers.py --annotations data/coco/vqa/v2_mscoco_train2014_annotations.json \
         data/coco/vqa/v2_mscoco_val2014_annotations.json --out data/coco/vqa/answers_vqa.txt
 
 An answer enters the vocabulary when, after the official normalisation, it is the

@@ -1,4 +1,4 @@
-"""The VQA-format demo data set (``python scripts/make_demo_data.py --vqa``), in the reference's
+"""The VQA-format demo data set (``python demo/make_vqa_demo_data.py``), in the reference's
 ``data/coco`` layout (see data/PREPARE_DATA.md), deterministic.
 
 Two parts:
@@ -19,11 +19,12 @@ Written under ``--out`` (default data/demo_vqa):
     vqa/v2_mscoco_val2014_shapes_annotations.json   the learnable part of val (its accuracy)
     vqa/answers_vqa.txt        <unk> and every answer of the training questions
     train2014/, val2014/, test2015/   COCO_<split>_<image_id:012d>.jpg
-    boxes_trainval.json, boxes_test2015.json   image and boxes lists for scripts/extract_features.py
+    boxes_trainval.json, boxes_test2015.json   image and boxes lists for tools/extract_features.py
 
 Region features are not written here: ``scripts/run_demo.sh vqa`` extracts them with
-``scripts/extract_features.py`` into ``vgbua_res101_precomputed/`` (DATASET.BOXES '36' folders).
+``tools/extract_features.py`` into ``vgbua_res101_precomputed/`` (DATASET.BOXES '36' folders).
 """
+import argparse
 import json
 import os
 import re
@@ -146,3 +147,20 @@ def make_vqa_demo_data(out, seed=0, sizes=(1000, 200, 60)):
 
 
 assert SCENE_SIZE == 96  # the boxes above are in pixels of these scenes
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="data/demo_vqa", help="output folder (default data/demo_vqa)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train", type=int, default=1000, help="learnable training questions (default 1000)")
+    parser.add_argument("--val", type=int, default=200, help="learnable validation questions (default 200)")
+    parser.add_argument("--test", type=int, default=60, help="learnable test questions (default 60)")
+    args = parser.parse_args()
+    for split, n in make_vqa_demo_data(args.out, args.seed, (args.train, args.val, args.test)).items():
+        print("{:10s} {:5d} questions".format(split, n))
+    print("VQA demo data written to {}".format(args.out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,6 @@
 """Training curves of a run as one PNG, read from its TensorBoard events.
 
-    python scripts/plot_curves.py RUN_DIR [--out FILE.png]
+    python tools/plot_curves.py RUN_DIR [--out FILE.png]
 
 RUN_DIR is a run's output folder (the one holding ``tensorboard_logs/``), that ``tensorboard_logs``
 folder itself, or any folder above exactly one of them. Panels: losses; train and val accuracy (every

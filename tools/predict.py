@@ -1,17 +1,17 @@
 """Use a trained model of any task on your own images: a readable table and a JSON file of the predictions.
 
-    python scripts/predict.py --cfg CFG --ckpt CKPT --image photo.jpg [--question "what colour is the cat ?"] \
+    python tools/predict.py --cfg CFG --ckpt CKPT --image photo.jpg [--question "what colour is the cat ?"] \
         [--answers A B C D] [--rationales R1 R2 R3 R4] [--expression TEXT] [--caption "a [MASK] on a bench"] \
         [--box-source grid|detector|file --grid 4x4 --detector-weights F --box-file F] [--feature-weights F] \
         [--topk 5] [--json out.json] [--attention DIR] [--device cpu] [--threads N] [--batch-size 8] \
         [--opts KEY VALUE ...]
-    python scripts/predict.py --cfg CFG --ckpt CKPT --images FOLDER [--questions questions.json] --json out.json
+    python tools/predict.py --cfg CFG --ckpt CKPT --images FOLDER [--questions questions.json] --json out.json
 
 The task is the one whose data set the config names (``--task`` to say it). ``--questions`` is a JSON list of
 inputs, ``[{"image": "a.jpg", "question": "..."}, ...]`` (or ``"expression"`` / ``"caption"`` / ``"answers"``,
 ``"rationales"``, ``"boxes"``), image paths relative to ``--images``; without it a folder run takes every image
 file under the folder (sorted) with the one ``--question`` / ``--expression`` / ``--caption`` (none for cls).
-The box-source flags are ``scripts/extract_features.py``'s; the default is the run folder's record
+The box-source flags are ``tools/extract_features.py``'s; the default is the run folder's record
 (``feature_extractor.json``), else a 4x4 grid.
 
 Output (``--json``): a list, one object per input in input order: ``image`` (the path as given), the input's
@@ -50,7 +50,7 @@ TEXT_FLAGS = ("question", "expression", "caption")
 
 def add_model_arguments(parser):
     """The flags that build the predictor besides ``--cfg``/``--ckpt``: its box source (those of
-    ``scripts/extract_features.py``), the feature extractor's weights and the device. ``scripts/serve_demo.py``
+    ``tools/extract_features.py``), the feature extractor's weights and the device. ``tools/serve_demo.py``
     takes the same."""
     parser.add_argument("--box-source", choices=BOX_SOURCES, help="boxes of the images (default: the run's record, "
                         "else grid)")
@@ -58,9 +58,9 @@ def add_model_arguments(parser):
     parser.add_argument("--detector", default=DEFAULT_DETECTOR, help="box source 'detector': torchvision model name")
     parser.add_argument("--detector-weights", help="box source 'detector': its weights file (.pth / .safetensors)")
     parser.add_argument("--box-file", nargs="+", default=[], help="box source 'file': JSON lists of "
-                        "{image_id, image, boxes} (scripts/extract_features.py --boxes)")
+                        "{image_id, image, boxes} (tools/extract_features.py --boxes)")
     parser.add_argument("--feature-weights", help="image encoder weights of a model trained on precomputed features "
-                        "(default: the run folder's feature_extractor.json; scripts/extract_features.py --weights)")
+                        "(default: the run folder's feature_extractor.json; tools/extract_features.py --weights)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
 
 
@@ -69,7 +69,7 @@ def parse_args(argv=None):
     parser.add_argument("--cfg", help="the config the model was trained with (default with a hand-off folder as "
                         "--ckpt: its config.yaml)")
     parser.add_argument("--ckpt", required=True, help="checkpoint file (*-best.model, *-0000.model) or hand-off folder "
-                        "(scripts/export.py --format safetensors)")
+                        "(tools/export.py --format safetensors)")
     parser.add_argument("--task", help="task name (default: the task of the config's DATASET.DATASET)")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--image", help="one image file")

@@ -1,16 +1,16 @@
 """A web page on a trained model: upload a photo (or pick a demo photograph), type a question, see the top
 answers, the boxes and the attention of the question's words over the regions.
 
-    python scripts/serve_demo.py --cfg CFG --ckpt CKPT [--host 127.0.0.1] [--port 7860] [--examples FILE]
+    python tools/serve_demo.py --cfg CFG --ckpt CKPT [--host 127.0.0.1] [--port 7860] [--examples FILE]
         [--task T] [--feature-weights F] [--box-source grid|detector|file --grid 4x4 --detector-weights F
         --box-file F] [--device cpu] [--topk 5] [--opts KEY VALUE ...]
 
 The text is a question (VQA), a caption with ``[MASK]`` words (pretraining) or a referring expression
 (RefCOCO+); a cls checkpoint takes the photo alone and shows its top-5 classes. The predictor is
-``common.predict.Predictor`` with the flags of ``scripts/predict.py``; the page is ``common/web_demo.py``.
+``common.predict.Predictor`` with the flags of ``tools/predict.py``; the page is ``common/web_demo.py``.
 ``--examples`` is a JSON list of ``{"image": FILE, "question": TEXT}`` (or ``"caption"`` / ``"expression"``),
-images relative to the file (``scripts/predict.py --questions``'s format); default: four of the demo
-photographs and two shape scenes with a question each (``scripts/make_demo_data.py``).
+images relative to the file (``tools/predict.py --questions``'s format); default: four of the demo
+photographs and two shape scenes with a question each (``demo/make_demo_data.py``).
 
 The page runs offline and stays on this machine: gradio's analytics off, no share link, the system's fonts (no
 font CDN), bound to 127.0.0.1 unless ``--host`` says otherwise, uploads kept in a private temporary folder
@@ -27,6 +27,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "demo"))  # the default example photographs are the demo's scenes
 
 from common.cli import run_main  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
@@ -38,7 +39,7 @@ DEMO_SCENES = 2
 
 
 def parse_args(argv=None):
-    from predict import add_model_arguments  # scripts/predict.py
+    from predict import add_model_arguments  # tools/predict.py
 
     parser = argparse.ArgumentParser("A web page on a trained model (gradio)")
     parser.add_argument("--cfg", required=True, help="the config the checkpoint was trained with")
@@ -59,7 +60,7 @@ def demo_examples(folder, text_field):
     the photograph's question for a question-taking model, else empty)."""
     import numpy as np
     from make_demo_data import REAL, make_scene, real_image
-    from vqa_demo_data import shapes_question, spell_out
+    from make_vqa_demo_data import shapes_question, spell_out
 
     examples = []
     rng = np.random.RandomState(0)
@@ -130,7 +131,7 @@ def main(argv=None):
             from None
     from common.predict import Predictor
     from common.web_demo import DemoBackend, build_page, launch
-    from predict import box_source  # scripts/predict.py (its import registers every task)
+    from predict import box_source  # tools/predict.py (its import registers every task)
 
     predictor = Predictor.from_checkpoint(args.cfg, args.ckpt, device=args.device, opts=args.opts,
                                           feature_weights=args.feature_weights, box_source=box_source(args),

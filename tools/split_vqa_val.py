@@ -1,6 +1,6 @@
 """Split VQA v2 val2014 into minival2014 and valminusminival2014 by image.
 
-    python scripts/split_vqa_val.py --minival-images data/coco/annotations/instances_minival2014.json \
+    python tools/split_vqa_val.py --minival-images data/coco/annotations/instances_minival2014.json \
         --vqa-dir data/coco/vqa
 
 Reads ``v2_OpenEnded_mscoco_val2014_questions.json`` and ``v2_mscoco_val2014_annotations.json`` from

@@ -13,7 +13,7 @@ Both are read from the module source files (``ast``), not imported, so nothing i
 Output: one passage per line (an aphorism or a verse line), the ``general_corpus`` format; the
 data set joins short passages up to ``DATASET.MIN_SEQ_LEN`` words.
 
-Usage: python scripts/make_demo_corpus.py [--out data/demo/en_corpus/demo.doc]
+Usage: python demo/make_demo_corpus.py [--out data/demo/en_corpus/demo.doc]
 """
 import argparse
 import ast

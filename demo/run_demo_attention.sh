@@ -4,7 +4,7 @@
 # (scripts/run_demo.sh). Each photograph gets a caption (below) and its demo boxes (the VCR metadata's
 # objects, through the 'file' box source), plus the whole image as region 0; the maps are drawn with
 # cfgs/pretrain/vis_attention_maps_demo.yaml (the demo's network under ResNetVLBERTForAttentionVis).
-#   usage: scripts/run_demo_attention.sh [extra pretrain/vis_attention_maps.py args, e.g. --max-items 2]
+#   usage: demo/run_demo_attention.sh [extra pretrain/vis_attention_maps.py args, e.g. --max-items 2]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -31,7 +31,7 @@ cat > "$DATA/captions.json" <<'JSON'
  {"image": "rocket.jpg", "caption": "a rocket on the launch pad between towers"},
  {"image": "text.jpg", "caption": "writing on a sheet of paper"}]
 JSON
-# The boxes of each photograph's VCR metadata, in the boxes JSON of scripts/extract_features.py --boxes.
+# The boxes of each photograph's VCR metadata, in the boxes JSON of tools/extract_features.py --boxes.
 "$PY" - "$PHOTOS" "$DATA/boxes.json" <<'PYTHON'
 import json, os, sys
 photos, out = sys.argv[1:]

@@ -1,14 +1,14 @@
 """Pack the images and per-image JSON files (metadata, detector or feature records) of any task into one LMDB store.
 
-    python scripts/pack_lmdb.py OUT.lmdb SOURCE [SOURCE ...] [--root DIR] [--ext .jpg .json ...]
+    python tools/pack_lmdb.py OUT.lmdb SOURCE [SOURCE ...] [--root DIR] [--ext .jpg .json ...]
 
 A SOURCE is a folder or a ``.zip`` archive. The key of a file is the name a data set reads it by, the name
 a zip of the same files holds: a zip's member names as they are; a folder's files by their path relative to
 ``--root`` (default: the folder's parent, so the folder's own name leads, as ``zip -r`` writes it)::
 
-    scripts/pack_lmdb.py data/vcr/vcr1images.lmdb data/vcr/vcr1images.zip      # keys vcr1images/<movie>/<img>.jpg
-    scripts/pack_lmdb.py data/vcr/vcr1images.lmdb data/vcr/vcr1images          # the same keys
-    scripts/pack_lmdb.py data/cc/train_image.lmdb data/cc/train_image --root data/cc/train_image   # 00000000.jpg
+    tools/pack_lmdb.py data/vcr/vcr1images.lmdb data/vcr/vcr1images.zip      # keys vcr1images/<movie>/<img>.jpg
+    tools/pack_lmdb.py data/vcr/vcr1images.lmdb data/vcr/vcr1images          # the same keys
+    tools/pack_lmdb.py data/cc/train_image.lmdb data/cc/train_image --root data/cc/train_image   # 00000000.jpg
 
 Values are the files' bytes as stored (encoded JPEG / PNG, JSON text), not decoded arrays. Datasets read the
 store with ``DATASET.LMDB_MODE: true`` (``data/PREPARE_DATA.md``, "LMDB"; ``common.data.lmdbreader``).

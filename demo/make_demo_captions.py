@@ -1,6 +1,6 @@
 """Write a small Conceptual Captions look-alike for the pretraining demo (no download), in the reference's layout.
 
-Two parts, as the VCR demo data (``scripts/make_demo_data.py``, whose scenes and photographs it reuses):
+Two parts, as the VCR demo data (``demo/make_demo_data.py``, whose scenes and photographs it reuses):
 
 - generated scenes: four coloured shapes on a 96 x 96 canvas, captioned with their colours, shapes and
   positions ("a red circle at the top left , a blue square at the lower centre right , ...");
@@ -21,7 +21,7 @@ Output (``--out``, default data/demo/conceptual-captions)::
 The index names the images as ``train_image.zip@/<name>.jpg`` (the reference's spelling), read from the
 folders with ``DATASET.ZIP_MODE: false``.
 
-Usage: python scripts/make_demo_captions.py [--out DIR] [--train 400] [--val 40] [--seed 0]
+Usage: python demo/make_demo_captions.py [--out DIR] [--train 400] [--val 40] [--seed 0]
 """
 import argparse
 import base64
@@ -32,7 +32,7 @@ import runpy
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEMO = runpy.run_path(os.path.join(ROOT, "scripts", "make_demo_data.py"))
+DEMO = runpy.run_path(os.path.join(ROOT, "demo", "make_demo_data.py"))
 NUM_CLASSES = 1601
 FEATURE_DIM = 2048
 ROWS = ("top", "upper", "lower", "bottom")

@@ -1,6 +1,6 @@
 """Convert precomputed region features into a memory-mapped cache (see common/data/feature_cache.py).
 
-    python scripts/build_feature_cache.py SOURCE [SOURCE ...] --out CACHE [--dtype float16]
+    python tools/build_feature_cache.py SOURCE [SOURCE ...] --out CACHE [--dtype float16]
 
 A SOURCE is a folder of per-image JSON files (``<image_id>.json``, also ``archive.zip@/folder``)
 or a bottom-up-attention ``.tsv`` file. All sources go into one cache, in the order given.

@@ -26,7 +26,7 @@ Output (``--out``, default data/demo_refcoco):
     refcoco+/proposal/res101_coco_minus_refer_notime_dets.json
     vgbua_res101_precomputed/trainval2014_resnet101_faster_rcnn_genome.zip
 
-Usage: python scripts/make_refcoco_demo_data.py [--out data/demo_refcoco] [--seed 0] [--train 1000]
+Usage: python demo/make_refcoco_demo_data.py [--out data/demo_refcoco] [--seed 0] [--train 1000]
        [--val 150] [--testA 60] [--testB 60] [--zip]        (numbers of shapes scenes per split)
 """
 import argparse

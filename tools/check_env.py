@@ -5,7 +5,7 @@ GPUs (name, compute capability, memory), bf16 and fp16 support, torch's thread c
 installed version of every package named in ``requirements.txt`` (``importlib.metadata``; "not
 installed" when missing, with exit code 1 then).
 
-    python scripts/check_env.py
+    python tools/check_env.py
 """
 import importlib.metadata
 import os

@@ -2,7 +2,7 @@
 ``vqa/train_end2end.py``, ``vqa/val.py`` and ``vqa/test.py`` read them (walkthrough: data/PREPARE_DATA.md,
 "Your own photos and questions").
 
-    python scripts/own_vqa_data.py --images data/my_photos --qa data/my_qa.json --out data/my_vqa
+    python tools/own_vqa_data.py --images data/my_photos --qa data/my_qa.json --out data/my_vqa
 
 ``--qa`` is a JSON list, one object per question::
 
@@ -15,14 +15,14 @@
 annotators' answers, scored as the official metric scores them) is needed for ``train`` and ``val``;
 ``split`` is ``train`` (the default), ``val`` or ``test``, each with at least one question. The
 image_id of a photo is its file name without the extension
-(``common.data.region_features.image_id_from_name``), the name ``scripts/extract_features.py`` gives
+(``common.data.region_features.image_id_from_name``), the name ``tools/extract_features.py`` gives
 its feature file, so the features go, unchanged, into
 ``<out>/vgbua_res101_precomputed/trainval_resnet101_faster_rcnn_genome_36/`` (``DATASET.BOXES: '36'``;
 the test split reads ``test2015_resnet101_faster_rcnn_genome_36/``, which this script links to it).
 
 Written under ``--out``: ``vqa/v2_OpenEnded_mscoco_{train2014,val2014,test2015}_questions.json`` and
 ``vqa/v2_mscoco_{train2014,val2014}_annotations.json`` (empty lists for a split without questions). The
-answer vocabulary is ``scripts/build_vqa_answers.py`` on the train annotations.
+answer vocabulary is ``tools/build_vqa_answers.py`` on the train annotations.
 """
 import argparse
 import collections

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The VQA demo (scripts/run_demo.sh vqa, which sets up .venv and the MiniLM link first): writes the
-# VQA-format demo data (scripts/make_demo_data.py --vqa), its region features with
-# scripts/extract_features.py (a ResNet-50 with random weights and zero-init residuals: no pretrained
+# VQA-format demo data (demo/make_vqa_demo_data.py), its region features with
+# tools/extract_features.py (a ResNet-50 with random weights and zero-init residuals: no pretrained
 # ResNet is available offline) and their memory-mapped cache, fine-tunes cfgs/vqa/demo_cpu.yaml on 2
 # processes, then prints the official val accuracy (vqa/val.py) and writes the test JSON (vqa/test.py).
 # Safe to run again: the data is rewritten only when its generator changed; a finished run is
 # picked up by TRAIN.AUTO_RESUME.
-#   usage: scripts/run_demo_vqa.sh [extra train_end2end.py args, e.g. --opts TRAIN.END_EPOCH 2]
+#   usage: demo/run_demo_vqa.sh [extra train_end2end.py args, e.g. --opts TRAIN.END_EPOCH 2]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -17,17 +17,17 @@ FEATURES=$DATA/vgbua_res101_precomputed
 MODEL_DIR=./
 
 stamp=$DATA/.generator-sha256
-want="$(cat scripts/make_demo_data.py scripts/vqa_demo_data.py scripts/extract_features.py $CFG | sha256sum | cut -c1-16)"
+want="$(cat demo/make_demo_data.py demo/make_vqa_demo_data.py tools/extract_features.py $CFG | sha256sum | cut -c1-16)"
 if [ ! -d "$FEATURES/test2015_resnet101_faster_rcnn_genome_36.cache" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     rm -rf "$DATA"
-    "$PY" scripts/make_demo_data.py --vqa --out "$DATA"
+    "$PY" demo/make_vqa_demo_data.py --out "$DATA"
     "$PY" -c "import runpy, sys; runpy.run_path('bench/smoke_paper_config.py')['random_resnet_file'](sys.argv[1], 50)" \
         "$DATA/resnet50-random"
     for part in trainval test2015; do
         folder=$FEATURES/${part}_resnet101_faster_rcnn_genome_36
-        "$PY" scripts/extract_features.py --boxes "$DATA/boxes_$part.json" --image-root "$DATA" --out "$folder" \
+        "$PY" tools/extract_features.py --boxes "$DATA/boxes_$part.json" --image-root "$DATA" --out "$folder" \
             --cfg "$CFG" --weights "$DATA/resnet50-random-0000.model"
-        "$PY" scripts/build_feature_cache.py "$folder" --out "$folder.cache"
+        "$PY" tools/build_feature_cache.py "$folder" --out "$folder.cache"
     done
     echo "$want" > "$stamp"
 fi
@@ -43,7 +43,7 @@ fi
 ./scripts/dist_run_single.sh "$NPROC" vqa/train_end2end.py "$CFG" "$MODEL_DIR" "$@"
 
 OUT="$MODEL_DIR/output/vl-bert/vqa/demo_cpu/train2014_train"
-# What made the features, for scripts/predict.py on a photo (common/predict.py reads it next to the checkpoint).
+# What made the features, for tools/predict.py on a photo (common/predict.py reads it next to the checkpoint).
 cat > "$OUT/feature_extractor.json" <<JSON
 {"cfg": "$CFG", "weights": "$DATA/resnet50-random-0000.model",
  "box_source": {"kind": "file", "box_files": ["$DATA/boxes_trainval.json", "$DATA/boxes_test2015.json"]}}
@@ -59,6 +59,6 @@ VQA demo done.
   val answers:  $OUT/val_result/demo_vqa2_val2014.json
   test JSON:    $OUT/test_result/demo_vqa2_test2015.json (the EvalAI format)
   log + config: $OUT/*.log, $OUT/config.yaml
-  one photo:    .venv/bin/python scripts/predict.py --cfg $CFG --ckpt $CKPT --image $DATA/test2015/<image> \\
+  one photo:    .venv/bin/python tools/predict.py --cfg $CFG --ckpt $CKPT --image $DATA/test2015/<image> \\
                     --question "what color is the leftmost shape ?"   (docs/predict.md)
 MSG

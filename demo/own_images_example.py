@@ -1,10 +1,10 @@
-"""An example input for the own-images walkthrough (scripts/run_demo_own_images.sh): the 11
+"""An example input for the own-images walkthrough (demo/run_demo_own_images.sh): the 11
 scikit-image photographs of the demo as a folder of photos, and their hand-written questions
-(``scripts/make_demo_data.py``, object references spelt out as in ``scripts/vqa_demo_data.py``) as the
-QA JSON that ``scripts/own_vqa_data.py`` reads; question k of a photograph goes to train, val or test
+(``demo/make_demo_data.py``, object references spelt out as in ``demo/make_vqa_demo_data.py``) as the
+QA JSON that ``tools/own_vqa_data.py`` reads; question k of a photograph goes to train, val or test
 (k mod 3), the right answer without its final period.
 
-    python scripts/own_images_example.py --out data/own_example [--max-side 640]
+    python demo/own_images_example.py --out data/own_example [--max-side 640]
 
 Writes ``<out>/photos/<name>.jpg`` and ``<out>/qa.json``.
 """
@@ -16,7 +16,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from make_demo_data import REAL, real_image  # noqa: E402
-from vqa_demo_data import spell_out  # noqa: E402
+from make_vqa_demo_data import spell_out  # noqa: E402
 
 SPLITS = ("train", "val", "test")
 

@@ -15,7 +15,7 @@ Output (``--out``, default data/demo_cls; ``DATASET.DATASET: cifar10``):
     batches.meta   ``{b'label_names': [10 bytes], b'num_cases_per_batch': N, b'num_vis': 3072}``
 Pickled with protocol 2, as the official files (numpy arrays through ``ndarray.__reduce__``).
 
-Usage: python scripts/make_cls_demo_data.py [--out data/demo_cls] [--seed 0] [--train 5000] [--test 1000]
+Usage: python demo/make_cls_demo_data.py [--out data/demo_cls] [--seed 0] [--train 5000] [--test 1000]
 (``--train`` a multiple of 5)
 """
 import argparse
