@@ -24,7 +24,7 @@ MAX_SIDE = 96  # the example's photographs shrunk: a random ResNet-50 encodes th
 
 def example(folder):
     """(photos folder, QA JSON) of demo/own_images_example.py, photos shrunk."""
-    load_script("own_images_example").make_example(str(folder), MAX_SIDE)
+    load_script("own_images_example", "demo").make_example(str(folder), MAX_SIDE)
     return str(folder / "photos"), str(folder / "qa.json")
 
 

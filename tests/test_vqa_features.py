@@ -22,8 +22,9 @@ from common.errors import UserInputError
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", name + ".py"))
+def load_script(name, folder="tools"):
+    """The module of ``<folder>/<name>.py`` (a tool, or with ``folder="demo"`` a demo generator)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, folder, name + ".py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
