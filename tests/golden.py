@@ -160,3 +160,26 @@ class Choices:
         return any(len(tied) > 1 and values_close(actual, chosen) and any(values_close(expected, c) for c in tied)
                    for chosen, tied in self.rows)
 
+
+
+def assert_ranking_close(actual, expected, name):
+    """Two rankings of one input by two computations (batched and alone, two code paths, other kernels) agree:
+    scores position by position within the tolerance (:func:`close`), and keys in the same order except where
+    near-tied scores swap them.
+
+    Args:
+        actual, expected: lists of ``(key, score)`` pairs, best first (a top-k); key any comparable value
+            (a label, an index, a box), score float.
+        name: what is compared, for the failure message.
+    Raises:
+        AssertionError: names the position and both pairs: lengths differ, a score outside the tolerance, or
+            keys in another order where their scores do not tie. A key that only one side's top-k kept is
+            accepted where its score ties the other side's last one.
+    """
+    assert len(actual) == len(expected), "{}: {} ranked, expected {}".format(name, len(actual), len(expected))
+    got, want = dict(actual), dict(expected)
+    for i, ((key, score), (want_key, want_score)) in enumerate(zip(actual, expected)):
+        swapped_tie = (key != want_key and close(score, want.get(key, expected[-1][1]))
+                       and close(want_score, got.get(want_key, actual[-1][1])))
+        assert close(score, want_score) and (key == want_key or swapped_tie), "{} at rank {}: got {!r}, expected {!r}".format(
+            name, i, (key, score), (want_key, want_score))

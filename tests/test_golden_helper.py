@@ -3,7 +3,7 @@ near-tied scores accepting either candidate."""
 import pytest
 import torch
 
-from tests.golden import ATOL, RTOL, Choices, assert_json_close, assert_text_close, close
+from tests.golden import ATOL, RTOL, Choices, assert_json_close, assert_ranking_close, assert_text_close, close
 
 
 def test_tolerance_is_relative_with_an_absolute_floor():
@@ -62,3 +62,16 @@ def test_a_choice_between_near_tied_scores_accepts_either_candidate():
     assert_json_close('{"box": [0.0, 0.0, 39.0, 29.0]}', '{"box": [3.0, 3.0, 13.0, 11.0]}', "j", boxes)
     with pytest.raises(AssertionError):
         assert_json_close('{"box": [0.0, 0.0, 39.0, 29.0]}', '{"box": [3.0, 3.0, 14.0, 11.0]}', "j", boxes)
+
+
+def test_a_ranking_may_swap_only_near_tied_scores():
+    expected = [("box 1", 0.5), ("box 2", 0.5 * (1 - 0.5e-6)), ("box 3", 0.1)]
+    assert_ranking_close([("box 2", 0.5), ("box 1", 0.5 * (1 - 0.5e-6)), ("box 3", 0.1)], expected, "r")
+    assert_ranking_close([("box 1", 0.5), ("box 3", 0.5 * (1 - 0.5e-6))], [("box 1", 0.5), ("box 2", 0.4999999)],
+                         "r")  # a top-2 whose second place ties a word the other top-2 left out
+    for wrong in ([("box 1", 0.5), ("box 3", 0.4999999), ("box 2", 0.1)],  # a swap between scores that differ
+                  [("box 1", 0.5), ("box 2", 0.5 * (1 - 2e-6)), ("box 3", 0.1)],  # a score outside the tolerance
+                  [("box 3", 0.5), ("box 2", 0.4999998), ("box 1", 0.1)],  # a key whose own score differs
+                  expected[:2]):
+        with pytest.raises(AssertionError, match="r"):
+            assert_ranking_close(wrong, expected, "r")

@@ -14,6 +14,7 @@ from common.evaluation import DatasetEvaluator, inference_on_dataset
 from common.predict import Predictor
 from tests import tiny_vqa
 from tests.conftest import ROOT
+from tests.golden import assert_ranking_close, close
 from tests.tiny_vcr import run_script
 
 VQA_CFG = tiny_vqa.CFGS["base_4x16G_fp32"]
@@ -39,11 +40,12 @@ class _Logits(DatasetEvaluator):
 
 
 def _assert_same_predictions(results, expected, key="predictions"):
-    """Same labels and indices in the same order, scores within 1e-6."""
+    """The rankings of two computations of the same inputs (batched and alone, two code paths): scores within the
+    tolerance of tests/golden.py, labels and indices in the same order except where near-tied scores swap them."""
     assert len(results) == len(expected)
-    for a, b in zip(results, expected):
-        assert [(p["label"], p["index"]) for p in a[key]] == [(p["label"], p["index"]) for p in b[key]]
-        assert [p["score"] for p in a[key]] == pytest.approx([p["score"] for p in b[key]], abs=1e-6)
+    for i, (a, b) in enumerate(zip(results, expected)):
+        assert_ranking_close([((p["label"], p["index"]), p["score"]) for p in a[key]],
+                             [((p["label"], p["index"]), p["score"]) for p in b[key]], "input {}".format(i))
 
 
 def _feature_folder(inputs, split):
@@ -312,8 +314,10 @@ def test_refcoco_boxes_equal_test_py_json_and_scores_the_data_sets_logits(refcoc
     results = predictor(inputs, topk=100)
     assert len(results) == len(refcoco_run["written"]) == 2
     for r, w in zip(results, refcoco_run["written"]):
-        assert r["box"] == pytest.approx(w["box"], abs=1e-4)
-        assert r["predictions"][0]["box"] == pytest.approx(w["box"], abs=1e-4)
+        assert r["box"] == r["predictions"][0]["box"]
+        # test.py's box is the predictor's best, or one whose score ties it (two computations: batches differ)
+        best = r["predictions"][0]["score"]
+        assert any(p["box"] == pytest.approx(w["box"], abs=1e-4) for p in r["predictions"] if close(p["score"], best))
     model = load_for_inference(predictor.task, predictor.cfg, refcoco_run["ckpt"], torch.device("cpu"))
     rows = []
 
@@ -382,7 +386,7 @@ def test_pretraining_top_words_are_the_argmax_of_the_mlm_logits_through_the_data
     for r, probs in zip(results, rows):
         assert len(r["masks"]) == len(probs) == 2
         for top, p in zip(r["masks"], probs):
-            assert top[0]["index"] == int(p.argmax())
+            assert close(float(p[top[0]["index"]]), float(p.max()))  # the argmax, or a word whose score ties it
             assert [t["score"] for t in top] == pytest.approx(torch.sort(p, descending=True).values[:3].tolist(),
                                                              abs=1e-6)
             assert top[0]["label"] == predictor.task_predictor.vocab[top[0]["index"]]
@@ -411,6 +415,7 @@ def test_predict_py_writes_the_json_layout_and_the_table(vqa_run, vqa_predictor,
     assert code in (0, None)
     written = json.load(open(tmp_path / "one.json"))
     expected = vqa_predictor(question, topk=3)[0]
+    # exact: the script runs the same one-input computation in this process (here and below), bit for bit
     assert written == [dict(expected, image=question["image"], question=question["question"])]
     assert set(written[0]) == {"image", "question", "predictions", "boxes"}
     assert set(written[0]["predictions"][0]) == {"label", "index", "score"}
@@ -458,7 +463,7 @@ def test_attention_maps_of_one_input(vqa_run, vqa_predictor, tmp_path):
 
     question = _test_questions(vqa_run)[0]
     maps = vqa_predictor.attention(question)
-    assert maps["result"]["predictions"] == vqa_predictor(question)[0]["predictions"]
+    _assert_same_predictions([maps["result"]], vqa_predictor(question))  # the attention path, the plain path
     layers, heads, size, _ = maps["probs"].shape
     assert (layers, heads) == (2, 2)  # the tiny VL-BERT
     # [CLS] question [SEP] [MASK] [SEP], then the whole image and the 3 boxes, then [END]
