@@ -181,5 +181,5 @@ def assert_ranking_close(actual, expected, name):
     for i, ((key, score), (want_key, want_score)) in enumerate(zip(actual, expected)):
         swapped_tie = (key != want_key and close(score, want.get(key, expected[-1][1]))
                        and close(want_score, got.get(want_key, actual[-1][1])))
-        assert close(score, want_score) and (key == want_key or swapped_tie), "{} at rank {}: got {!r}, expected {!r}".format(
-            name, i, (key, score), (want_key, want_score))
+        assert close(score, want_score) and (key == want_key or swapped_tie), \
+            "{} at rank {}: got {!r}, expected {!r}".format(name, i, (key, score), (want_key, want_score))

@@ -49,7 +49,7 @@ def test_failing_compile_falls_back_to_eager_once(caplog):
     with caplog.at_level(logging.WARNING):
         got = encoder(hidden, bias)[-1]
         again = encoder(hidden, bias)[-1]
-    assert torch.equal(got, expected) and torch.equal(again, expected)
+    assert torch.equal(got, expected) and torch.equal(again, expected)  # exact: eager again, the same computation
     warnings = [r.getMessage() for r in caplog.records
                 if r.levelno >= logging.WARNING and "TRAIN.COMPILE" in r.getMessage()]
     assert len(warnings) == 1 and "failed, training continues in eager mode" in warnings[0]
@@ -63,7 +63,7 @@ def test_training_with_a_failing_compile_equals_eager_training(tmp_path, tiny_vc
         assert train_in_process(model_dir, tiny_vcr.opts(TRAIN__COMPILE=backend)) == 0
         runs[name] = checkpoint(model_dir, 0)["state_dict"]
     assert runs["eager"].keys() == runs["fallback"].keys()
-    for key, value in runs["eager"].items():
+    for key, value in runs["eager"].items():  # exact: both train in eager mode, the same computation
         assert torch.equal(value, runs["fallback"][key]), key
     log = log_text(tmp_path / "fallback")
     assert log.count("torch.compile (backend failing_for_test) failed, training continues in eager mode") == 1

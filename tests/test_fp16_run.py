@@ -104,6 +104,7 @@ def test_epoch_end_validation_equals_val_py_item_for_item(bf16_run):
     cfg, _, ckpt, epoch_end = bf16_run
     correct = val_correct(TASK, cfg, ckpt)  # what vcr/val.py prints the mean of
     assert len(epoch_end) == len(correct) == 27
+    # exact: epoch-end validation is val.py's computation (same fp32 weights, loader and batches), bit for bit
     assert torch.equal(epoch_end, correct)
     monitor = load_checkpoint_file(ckpt)["validation_monitor"]
     assert monitor["best_epoch"] == 0 and monitor["best_val"] == pytest.approx(correct.double().mean().item(), abs=1e-12)
@@ -120,7 +121,7 @@ def test_epoch_end_validation_equals_val_py_item_for_item(bf16_run):
 
 def test_fp16_epoch_end_validation_equals_val_correct(fp16_run):
     cfg, _, ckpt, epoch_end = fp16_run
-    assert torch.equal(epoch_end, val_correct(TASK, cfg, ckpt))
+    assert torch.equal(epoch_end, val_correct(TASK, cfg, ckpt))  # exact: one computation, as above
 
 
 def test_end_of_run_summary_reports_the_checkpoint_values(fp16_run):

@@ -153,7 +153,7 @@ def test_attention_in_fp32_under_autocast_equals_fp32_attention(dtype):
             got = fp32.vit.blocks[0].attn(x)
             mixed = plain.vit.blocks[0].attn(x)
     assert got.dtype == torch.float32
-    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)  # exact: the same fp32 kernels on the same inputs
     assert mixed.dtype == dtype and not torch.equal(mixed.float(), expected)  # without the key: low precision
     assert fp32.state_dict().keys() == plain.state_dict().keys()  # timm's names stay
 
@@ -168,7 +168,7 @@ def test_gradient_checkpointing_gives_the_same_output_and_gradients():
         out.sum().backward()
         grads.append((out.detach(), encoder.vit.blocks[0].attn.qkv.weight.grad))
     assert encoder.vit.grad_checkpointing
-    torch.testing.assert_close(grads[0][0], grads[1][0], rtol=0, atol=0)
+    torch.testing.assert_close(grads[0][0], grads[1][0], rtol=0, atol=0)  # exact: one forward, recomputed
     torch.testing.assert_close(grads[0][1], grads[1][1], rtol=1e-6, atol=1e-7)
 
 
