@@ -1,8 +1,43 @@
 #!/usr/bin/env bash
 # Installs what the tests need (once) and runs the default test suite (slow tests excluded).
-#   usage: scripts/run_tests.sh [pytest args...]     e.g. --runslow, -k config
+#   usage: scripts/run_tests.sh [--cpu-passes] [pytest args...]     e.g. --runslow, -k config
+#   --cpu-passes (what CI runs): the suite once on this machine's CPU settings, then once under each setting of
+#                CPU_PASSES below, which make MKL, oneDNN and ATen take other kernels, as on another processor: a
+#                float compared exactly between two computations fails there. Exits 1 naming each failed pass.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup_env.sh" --test
 cd "$ROOT"
-exec "$ROOT/.venv/bin/python" -m pytest -q "$@"
+PYTEST=("$ROOT/.venv/bin/python" -m pytest -q)
+if [ "${1:-}" != "--cpu-passes" ]; then
+    exec "${PYTEST[@]}" "$@"
+fi
+shift
+# name|environment. A setting above what the processor has is ignored by the library (it takes its best).
+CPU_PASSES=(
+    "native|"
+    "avx2-1-thread|MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1"
+    "avx512-no-amx|MKL_ENABLE_INSTRUCTIONS=AVX512 ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI ATEN_CPU_CAPABILITY=avx512"
+)
+failed=()
+for pass in "${CPU_PASSES[@]}"; do
+    name="${pass%%|*}"
+    settings="${pass#*|}"
+    shown="$settings"
+    [ -n "$shown" ] || shown="this machine's settings"
+    capability="$(env $settings "$ROOT/.venv/bin/python" -c \
+        'import torch; print(torch.backends.cpu.get_cpu_capability())')"
+    echo "[tests] pass $name: $shown (ATen kernels: $capability)"
+    start=$SECONDS
+    if env $settings "${PYTEST[@]}" "$@"; then
+        echo "[tests] pass $name passed in $((SECONDS - start)) s"
+    else
+        echo "[tests] pass $name FAILED in $((SECONDS - start)) s"
+        failed+=("$name: $shown")
+    fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+    printf '[tests] FAILED under %s\n' "${failed[@]}"
+    exit 1
+fi
+echo "[tests] all ${#CPU_PASSES[@]} CPU passes passed"

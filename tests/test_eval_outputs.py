@@ -5,8 +5,8 @@ fixture data with seeded random weights (fp32 on CPU, one thread).
 The golden files were written on one processor: ids, order, names, keys, layout and formatting compare exactly,
 floats within the tolerance of :mod:`tests.golden`, and a chosen answer or box exactly unless the run's two best
 scores for it were within that tolerance (then either is accepted). ``EVAL_GOLDEN_WRITE=1`` rewrites them (only
-from code whose outputs are known to be right). tests/test_golden_capabilities.py runs this file again under
-other ``ATEN_CPU_CAPABILITY`` values.
+from code whose outputs are known to be right). CI runs it under other CPU kernels (``scripts/run_tests.sh
+--cpu-passes``) and tests/test_cpu_passes.py under ATen's ``default`` ones.
 """
 import contextlib
 import os
