@@ -336,10 +336,9 @@ def test_an_expression_shows_the_chosen_box_and_a_caption_its_masked_words(refco
     result = backend(photo, "the red one")
     expected, = predictor({"image": photo, "expression": "the red one"}, topk=3)
     _same_predictions(result.prediction["predictions"], expected["predictions"])
-    best = result.prediction["predictions"][0]
-    assert result.prediction["box"] == best["box"]
+    best = result.prediction["predictions"][0]  # drawn in red: the plain call's best box, or one tied with it
     assert any(p["box"] == pytest.approx(best["box"]) for p in expected["predictions"]
-               if close(p["score"], expected["predictions"][0]["score"]))  # the best box, or one tied with it
+               if close(p["score"], expected["predictions"][0]["score"]))
     x1, _, x2, y2 = np.array(best["box"]) * DRAWN_SIDE / 48
     assert result.boxes_image.getpixel((int((x1 + x2) / 2), int(round(y2)))) == CHOSEN_COLOUR
     assert result.attention["regions"][1] - result.attention["regions"][0] == len(result.attention["boxes"])
