@@ -1,0 +1,113 @@
+"""Every task's CUDA path on a simulated GPU (tests/fake_cuda.py): one real batch of the task's own loader on
+tiny data (bench/gpu_suite_inputs.py's runs), the model's train and eval forward in fp32, fp16 and bf16
+autocast; the training entry point (Trainer loop with the fp16 loss scale, clipping, bf16 optimizer state,
+EMA), its resume onto the device, the test script and the Predictor's attention maps. A CPU tensor meeting a
+CUDA one, a float64 tensor made on the GPU or a dtype error fails with the file:line that caused it."""
+import math
+import os
+
+import pytest
+import torch
+
+from bench.gpu_suite_inputs import task_runs
+from common import amp
+from common.engine import build_loader, build_model
+from common.evaluation import DatasetEvaluator, inference_on_dataset
+from common.trainer import to_device
+from tests.conftest import load_task
+from tests.fake_cuda import CUDA, CudaTensor, DeviceError, fake_cuda
+from tests.test_vit_end2end import vit_opts
+
+CASES = {  # name: (task run of task_runs, extra opts)
+    "vcr-q2a": ("vcr", []),
+    "vcr-qa2r": ("vcr", ["DATASET.TASK", "QA2R"]),
+    "vqa": ("vqa", []),
+    "refcoco": ("refcoco", []),
+    "pretrain": ("pretrain", []),
+    "cls": ("cls", []),
+    "vcr-vit": ("vcr", "vit"),
+}
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# relative tolerance of a loss under autocast against fp32 (a mean of log-softmaxes of a tiny model; the
+# inputs of each matmul rounded to the dtype's unit roundoff, 2^-11 / 2^-8, with room for its growth)
+LOSS_RTOL = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 5e-2}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return task_runs(str(tmp_path_factory.mktemp("fake_cuda")))
+
+
+def case_config(runs, name, *extra):
+    task_name, more = CASES[name]
+    run = runs[task_name]
+    task = load_task(task_name)
+    more = vit_opts(task_name) if more == "vit" else more
+    cfg = task.load_config(run["cfg"], list(run["opts"]) + more + ["NUM_WORKERS_PER_GPU", "0"] + list(extra))
+    return task, cfg
+
+
+def on_cuda(tree):
+    """The tensors of a nested output, each asserted to be on the simulated GPU."""
+    flat = torch.utils._pytree.tree_flatten(tree)[0]
+    tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+    bad = [tuple(t.shape) for t in tensors if not isinstance(t, CudaTensor)]
+    assert not bad, "outputs left on the CPU: shapes {}".format(bad)
+    return tensors
+
+
+class FirstOutputs(DatasetEvaluator):
+    """Keeps the floating-point output tensors of the first batch (the evaluator of the check)."""
+
+    def reset(self):
+        self.outputs = None
+
+    def process(self, inputs, outputs):
+        if self.outputs is None:
+            self.outputs = {k: v for k, v in outputs.items()
+                            if isinstance(v, torch.Tensor) and v.is_floating_point()}
+
+    def evaluate(self):
+        return self.outputs
+
+
+def eval_outputs(task, cfg, model):
+    """The first val batch's float outputs through :func:`common.evaluation.inference_on_dataset`."""
+    return inference_on_dataset(model, build_loader(task, cfg, "val"), FirstOutputs(), task.label_index_in_batch(cfg))
+
+
+def assert_close(outputs, reference, rtol):
+    """Each output within ``rtol`` of the reference's largest magnitude (logits of a tiny model)."""
+    assert outputs.keys() == reference.keys() and reference
+    for k, ref in reference.items():
+        got = outputs[k].cpu_value.float()
+        assert got.shape == ref.shape, k
+        scale = ref.abs().max().item() + 1e-6
+        assert (got - ref).abs().max().item() <= rtol * scale, k
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_forward_on_cuda_in_fp32_fp16_and_bf16(runs, name):
+    """The eval forward through the evaluation loop over the val loader: the GPU's fp32 outputs equal the CPU's
+    (the same values), the autocast ones are within LOSS_RTOL of them; the train forward of one batch of the
+    train loader gives a finite loss; every output is on the GPU."""
+    task, cfg = case_config(runs, name)
+    torch.manual_seed(0)
+    model = build_model(task, cfg)
+    batch = next(iter(build_loader(task, cfg, "train")))
+    cpu_outputs = eval_outputs(task, cfg, model)
+    with fake_cuda():
+        model.to(CUDA)
+        batch = to_device(batch, CUDA)
+        for dtype_name, dtype in DTYPES.items():
+            with amp.autocast_context("cuda", dtype)():
+                outputs = eval_outputs(task, cfg, model)
+                on_cuda(outputs)
+                assert_close(outputs, cpu_outputs, LOSS_RTOL[dtype_name])
+                model.train()
+                outputs, loss = model(*batch)
+            on_cuda((outputs, loss))
+            assert math.isfinite(loss.mean().item()), dtype_name
