@@ -211,6 +211,12 @@ def synthetic_backward(loss, gradient=None, retain_graph=None, create_graph=Fals
 
 
 _TENSOR_BACKWARD = torch.Tensor.backward
+_TENSOR_TOLIST = torch.Tensor.tolist
+
+
+def _tolist(t):
+    """``Tensor.tolist`` (a synchronising copy to the host on a GPU; PyTorch refuses it on a subclass)."""
+    return t.cpu_value.tolist() if _is_cuda(t) else _TENSOR_TOLIST(t)
 
 
 def _index_cuda(x):
@@ -249,6 +255,7 @@ def fake_cuda():
         mock.patch("torch.cuda.get_rng_state_all", return_value=[]),
         mock.patch("torch.Tensor.pin_memory", lambda self, *a, **k: self),
         mock.patch("torch.Tensor.backward", synthetic_backward),
+        mock.patch("torch.Tensor.tolist", _tolist),
     ]
     # Module.to swaps each param with its CudaTensor (tied weights stay tied) instead of setting .data (which
     # would keep the Parameter class and lose the values)
@@ -257,7 +264,12 @@ def fake_cuda():
     # Autograd asks the device guard for the current stream: without a driver, FakeTensorMode's no-op guard
     # (set once for the process, and only when no GPU is usable).
     torch._C._ensureCUDADeviceGuardSet()
+    # torch.tensor(data, device='cuda') (and indexing with a list) builds on the CPU, then moves through the
+    # dispatcher, as under FakeTensorMode
+    lift = torch._C._only_lift_cpu_tensors()
+    torch._C._set_only_lift_cpu_tensors(True)
     with contextlib.ExitStack() as stack:
+        stack.callback(torch._C._set_only_lift_cpu_tensors, lift)
         stack.callback(torch.__future__.set_swap_module_params_on_conversion, swap)
         for p in patches:
             stack.enter_context(p)
