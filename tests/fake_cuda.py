@@ -219,6 +219,17 @@ def _tolist(t):
     return t.cpu_value.tolist() if _is_cuda(t) else _TENSOR_TOLIST(t)
 
 
+class _Generator(torch._C.Generator):
+    """``torch.Generator(device='cuda')`` (timm's EMA keeps one): a CPU generator, the CUDA one needs the
+    driver."""
+
+    def __new__(cls, device="cpu"):
+        return torch._C.Generator.__new__(cls, "cpu" if torch.device(device).type == "cuda" else device)
+
+    def __init__(self, device="cpu"):
+        pass
+
+
 def _index_cuda(x):
     if isinstance(x, str) and x == "cuda" or isinstance(x, torch.device) and x.type == "cuda" and x.index is None:
         return CUDA
@@ -256,6 +267,7 @@ def fake_cuda():
         mock.patch("torch.Tensor.pin_memory", lambda self, *a, **k: self),
         mock.patch("torch.Tensor.backward", synthetic_backward),
         mock.patch("torch.Tensor.tolist", _tolist),
+        mock.patch("torch.Generator", _Generator),
     ]
     # Module.to swaps each param with its CudaTensor (tied weights stay tied) instead of setting .data (which
     # would keep the Parameter class and lose the values)

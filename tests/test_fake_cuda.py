@@ -12,11 +12,14 @@ import torch
 from bench.gpu_suite_inputs import task_runs
 from common import amp
 from common.engine import build_loader, build_model
+from common.checkpoint import restore_checkpoint
 from common.evaluation import DatasetEvaluator, inference_on_dataset
+from common.optim import build_optimizer
 from common.trainer import to_device
 from tests.conftest import load_task
 from tests.fake_cuda import CUDA, CudaTensor, DeviceError, fake_cuda
 from tests.test_vit_end2end import vit_opts
+from tests.tiny_vcr import log_text_in, run_script
 
 CASES = {  # name: (task run of task_runs, extra opts)
     "vcr-q2a": ("vcr", []),
@@ -112,3 +115,44 @@ def test_forward_on_cuda_in_fp32_fp16_and_bf16(runs, name):
                 outputs, loss = model(*batch)
             on_cuda((outputs, loss))
             assert math.isfinite(loss.mean().item()), dtype_name
+
+
+def checkpoint_in(model_dir, name):
+    paths = [os.path.join(d, f) for d, _, files in os.walk(str(model_dir)) for f in files if f == name]
+    assert len(paths) == 1, (name, paths)
+    return paths[0]
+
+
+TRAIN_OPTS = ["TRAIN.FP16", "True", "TRAIN.FP16_DTYPE", "float16", "TRAIN.FP16_LOSS_SCALE", "'dynamic'",
+              "TRAIN.CLIP_GRAD_NORM", "1.0", "TRAIN.OPTIMIZER", "AdamW", "TRAIN.OPTIM_STATE_DTYPE", "bfloat16", "TRAIN.EMA_DECAY", "0.9",
+              "NUM_WORKERS_PER_GPU", "0"]
+
+
+@pytest.mark.parametrize("name", ["vcr-q2a", pytest.param("vqa", marks=pytest.mark.slow),
+                                  pytest.param("cls", marks=pytest.mark.slow)])
+def test_training_resume_test_and_predictor_on_cuda(runs, name, tmp_path):
+    """The training entry point on the GPU (fp16 with the dynamic loss scale, clipping, bf16 AdamW moments, EMA;
+    synthetic gradients, see tests/fake_cuda.py): one epoch, then one more resumed from its checkpoint; the
+    optimizer state restored onto the GPU in bf16; the EMA weights written."""
+    task_name = CASES[name][0]
+    run = runs[task_name]
+    argv = ["--cfg", run["cfg"], "--model-dir", str(tmp_path), "--opts"] + list(run["opts"]) + TRAIN_OPTS
+    with fake_cuda():
+        assert run_script(run["entry"], argv) in (0, None)
+        assert run_script(run["entry"], argv + ["TRAIN.END_EPOCH", "2"]) in (0, None)
+    log = log_text_in(os.path.dirname(checkpoint_in(tmp_path, "config.yaml")))
+    assert "device cuda" in log and "Resumed from" in log
+    ckpt = torch.load(checkpoint_in(tmp_path, [n for n in os.listdir(os.path.dirname(
+        checkpoint_in(tmp_path, "config.yaml"))) if n.endswith("-0001.model")][0]), map_location="cpu",
+        weights_only=False)
+    assert ckpt["amp"]["loss_scale"] > 1  # fp16: the dynamic scale ran
+    assert os.path.exists(checkpoint_in(tmp_path, [n for n in os.listdir(os.path.dirname(
+        checkpoint_in(tmp_path, "config.yaml"))) if n.endswith("-ema.model")][0]))
+    task, cfg = case_config(runs, name, *TRAIN_OPTS[:-2])
+    with fake_cuda():
+        model = build_model(task, cfg, CUDA)
+        optimizer = build_optimizer(cfg, model, 1)
+        restore_checkpoint(ckpt, model, optimizer, restore_rng=False)
+        moments = [v for s in optimizer.state.values() for k, v in s.items() if k != "step"]
+        assert moments and all(isinstance(v, CudaTensor) and v.dtype == torch.bfloat16 for v in moments)
+        assert all(isinstance(p, CudaTensor) for p in model.parameters())
