@@ -114,6 +114,9 @@ def _issued_by_project():
     return False
 
 
+_BEFORE = "made before the check started"
+
+
 class FakeCuda(TorchDispatchMode):
     """The mode that checks and runs every op (see the module docstring); a CPU tensor made under it carries
     the ``file:line`` that made it in ``_fake_cuda_origin``."""
@@ -123,7 +126,7 @@ class FakeCuda(TorchDispatchMode):
     @staticmethod
     def _origin(t):
         where = getattr(t, "_fake_cuda_origin", None)
-        return "made at " + where if where else "made before the check started (e.g. by the data loader)"
+        return "made at " + where if where else _BEFORE + " (e.g. by the data loader)"
 
     def _check_devices(self, func, args, kwargs):
         flat, _ = tree_flatten((args, kwargs))
@@ -158,15 +161,19 @@ class FakeCuda(TorchDispatchMode):
             on_cuda = False  # .cpu()
         if func is aten._local_scalar_dense.default:
             return out
-        return tree_map(lambda x: self._wrap(func, x, args, on_cuda), out)
+        origin = project_frame()
+        if any(isinstance(x, torch.Tensor) and not _is_cuda(x) and _BEFORE in self._origin(x)
+               for x in tree_flatten((args, kwargs))[0]):
+            origin += " from a tensor " + _BEFORE
+        return tree_map(lambda x: self._wrap(func, x, args, on_cuda, origin), out)
 
-    def _wrap(self, func, x, args, on_cuda):
+    def _wrap(self, func, x, args, on_cuda, origin):
         if not isinstance(x, torch.Tensor):
             return x
         if func._schema.is_mutable and any(x is a.cpu_value for a in args if _is_cuda(a)):
             return next(a for a in args if _is_cuda(a) and a.cpu_value is x)  # in-place: the same tensor
         if not on_cuda:
-            x._fake_cuda_origin = project_frame()
+            x._fake_cuda_origin = origin
             return x
         if x.dtype == torch.float64 and _issued_by_project():
             raise DeviceError("float64 tensor made on the GPU by {} at {}".format(func, project_frame()))

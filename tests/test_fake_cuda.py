@@ -5,6 +5,7 @@ EMA), its resume onto the device, the test script and the Predictor's attention 
 CUDA one, a float64 tensor made on the GPU or a dtype error fails with the file:line that caused it."""
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -13,11 +14,12 @@ from bench.gpu_suite_inputs import task_runs
 from common import amp
 from common.engine import build_loader, build_model
 from common.checkpoint import restore_checkpoint
+from common.data.collate import Batch
 from common.evaluation import DatasetEvaluator, inference_on_dataset
 from common.optim import build_optimizer
 from common.trainer import to_device
 from tests.conftest import load_task
-from tests.fake_cuda import CUDA, CudaTensor, DeviceError, fake_cuda
+from tests.fake_cuda import CUDA, ROOT, CudaTensor, DeviceError, fake_cuda
 from tests.test_vit_end2end import vit_opts
 from tests.tiny_vcr import log_text_in, run_script
 
@@ -156,3 +158,41 @@ def test_training_resume_test_and_predictor_on_cuda(runs, name, tmp_path):
         moments = [v for s in optimizer.state.values() for k, v in s.items() if k != "step"]
         assert moments and all(isinstance(v, CudaTensor) and v.dtype == torch.bfloat16 for v in moments)
         assert all(isinstance(p, CudaTensor) for p in model.parameters())
+
+
+LOCATION = re.compile(r"at ([\w./]+\.py):(\d+)")
+
+
+def test_a_cpu_arange_in_a_forward_and_a_batch_field_left_on_the_cpu_are_caught_and_located(runs, monkeypatch):
+    """The check fails where it should: a ``torch.arange`` without ``device=`` added in the VCR model's
+    forward, and the batch's boxes not moved; each message names the op's file:line (and the arange's)."""
+    task, cfg = case_config(runs, "vcr-q2a")
+    model = build_model(task, cfg)
+    batch = next(iter(build_loader(task, cfg, "train")))
+    encode = type(model)._encode
+
+    def encode_with_cpu_arange(self, image, *args):
+        return encode(self, image + torch.arange(image.shape[-1]), *args)  # noqa: the injected bug
+
+    arange_line = encode_with_cpu_arange.__code__.co_firstlineno + 1
+    with fake_cuda():
+        model.to(CUDA)
+        on_gpu = to_device(batch, CUDA)
+        with monkeypatch.context() as patch:
+            patch.setattr(type(model), "_encode", encode_with_cpu_arange)
+            with pytest.raises(DeviceError) as caught:
+                model(*on_gpu)
+        message = str(caught.value)
+        assert "made at tests/test_fake_cuda.py:{}".format(arange_line) in message
+        assert LOCATION.findall(message)[-1] == ("tests/test_fake_cuda.py", str(arange_line))  # where it met
+
+        boxes = on_gpu.names.index("boxes")
+        half_moved = Batch([b if i != boxes else batch[i] for i, b in enumerate(on_gpu)], on_gpu.names,
+                           on_gpu.extras)
+        with pytest.raises(DeviceError) as caught:
+            model(*half_moved)
+    message = str(caught.value)
+    assert "from a tensor made before the check started" in message  # a box tensor derived from the CPU field
+    path, line = LOCATION.findall(message)[-1]
+    assert path.startswith(("vcr/", "common/")), message  # the model's own line that used the boxes
+    assert 0 < int(line) <= len(open(os.path.join(ROOT, path)).read().splitlines())
