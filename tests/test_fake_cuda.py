@@ -3,10 +3,12 @@ tiny data (bench/gpu_suite_inputs.py's runs), the model's train and eval forward
 autocast; the training entry point (Trainer loop with the fp16 loss scale, clipping, bf16 optimizer state,
 EMA), its resume onto the device, the test script and the Predictor's attention maps. A CPU tensor meeting a
 CUDA one, a float64 tensor made on the GPU or a dtype error fails with the file:line that caused it."""
+import csv
 import math
 import os
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,11 +19,12 @@ from common.checkpoint import restore_checkpoint
 from common.data.collate import Batch
 from common.evaluation import DatasetEvaluator, inference_on_dataset
 from common.optim import build_optimizer
+from common.predict import Predictor
 from common.trainer import to_device
 from tests.conftest import load_task
 from tests.fake_cuda import CUDA, ROOT, CudaTensor, DeviceError, fake_cuda
 from tests.test_vit_end2end import vit_opts
-from tests.tiny_vcr import log_text_in, run_script
+from tests.tiny_vcr import log_text_in, predictor_inputs, run_script
 
 CASES = {  # name: (task run of task_runs, extra opts)
     "vcr-q2a": ("vcr", []),
@@ -196,3 +199,36 @@ def test_a_cpu_arange_in_a_forward_and_a_batch_field_left_on_the_cpu_are_caught_
     path, line = LOCATION.findall(message)[-1]
     assert path.startswith(("vcr/", "common/")), message  # the model's own line that used the boxes
     assert 0 < int(line) <= len(open(os.path.join(ROOT, path)).read().splitlines())
+
+
+def test_test_py_and_the_predictor_with_attention_maps_on_cuda(runs, tmp_path):
+    """vcr/test.py's inference (common/evaluation.py) and ``Predictor(..., device='cuda')`` with ``attention()``
+    on the GPU, from a checkpoint of the tiny VCR run: the predictor's probabilities are test.py's CSV ones, the
+    attention rows sum to 1."""
+    run = runs["vcr"]
+    task, cfg = case_config(runs, "vcr-q2a")
+    torch.manual_seed(0)
+    model = build_model(task, cfg)
+    ckpt = str(tmp_path / "vcr-0000.model")
+    torch.save({"state_dict": model.state_dict(), "config": cfg.dump()}, ckpt)
+    opts = list(run["opts"]) + ["NUM_WORKERS_PER_GPU", "0"]
+    with fake_cuda():
+        assert run_script(os.path.join(ROOT, "vcr", "test.py"), [
+            "--a-cfg", run["cfg"], "--a-ckpt", ckpt, "--result-path", str(tmp_path / "res"), "--result-name", "t",
+            "--opts"] + opts) in (0, None)
+        predictor = Predictor.from_checkpoint(run["cfg"], ckpt, device="cuda", opts=opts + ["DATASET.TASK", "Q2A"])
+        assert all(isinstance(p, CudaTensor) for p in predictor.model.parameters())
+        anns, inputs = predictor_inputs(opts[opts.index("DATASET.DATASET_PATH") + 1])
+        inputs = [{k: v for k, v in i.items() if k != "rationales"} for i in inputs]
+        results = predictor(inputs)
+        maps = predictor.attention(inputs[0])
+    with open(tmp_path / "res" / "t_test_result_Q2A.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(results) == len(rows) == len(anns)
+    for r, row in zip(results, rows):
+        expected = [float(row["answer_{}".format(i)]) for i in range(4)]
+        got = [p["score"] for p in sorted(r["predictions"], key=lambda p: p["index"])]
+        assert got == pytest.approx(expected, abs=1e-5)  # one batch of all vs the loader's batches
+    probs = maps["probs"]
+    assert probs.ndim == 4 and probs.shape[-1] == len(maps["tokens"])
+    assert np.allclose(probs.sum(-1), 1, atol=1e-4)  # each query's attention over the unpadded keys
