@@ -33,7 +33,7 @@ from unittest import mock
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CUDA = torch.device("cuda", 0)
@@ -128,15 +128,13 @@ class FakeCuda(TorchDispatchMode):
         where = getattr(t, "_fake_cuda_origin", None)
         return "made at " + where if where else _BEFORE + " (e.g. by the data loader)"
 
-    def _check_devices(self, func, args, kwargs):
-        flat, _ = tree_flatten((args, kwargs))
-        tensors = [x for x in flat if isinstance(x, torch.Tensor)]
-        if func in _CROSS_DEVICE or not any(_is_cuda(t) for t in tensors):
+    def _check_devices(self, func, args, tensors):
+        if func in _CROSS_DEVICE:
             return
         if func in _CPU_INDICES:
             tensors = [args[0]] + [x for x in tree_flatten(args[2:])[0] if isinstance(x, torch.Tensor)]
         for t in tensors:
-            if not _is_cuda(t) and t.device.type != "meta" and t.dim() > 0:
+            if not _is_cuda(t) and t.dim() > 0 and t.device.type != "meta":
                 raise DeviceError("{}: {} meets a CPU tensor of shape {} ({}) and a CUDA tensor at {}".format(
                     "device mismatch", func, tuple(t.shape), self._origin(t), project_frame()))
 
@@ -144,37 +142,44 @@ class FakeCuda(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is torch.ops.prim.device.default:
             return CUDA if _is_cuda(args[0]) else args[0].device
-        self._check_devices(func, args, kwargs)
+        flat, spec = tree_flatten((args, kwargs))
+        tensors = [x for x in flat if isinstance(x, torch.Tensor)]
+        cuda_in = any(_is_cuda(t) for t in tensors)
+        if cuda_in:
+            self._check_devices(func, args, tensors)
         device = kwargs.get("device")
         to_cuda = device is not None and torch.device(device).type == "cuda"
+        real_args, real_kwargs = tree_unflatten([x.cpu_value if _is_cuda(x) else x for x in flat], spec)
         if to_cuda:
-            kwargs = dict(kwargs, device=CPU)
-        cuda_in = any(_is_cuda(x) for x in tree_flatten((args, kwargs))[0])
-        real_args, real_kwargs = tree_map(lambda x: x.cpu_value if _is_cuda(x) else x, (args, kwargs))
+            real_kwargs = dict(real_kwargs, device=CPU)
         try:
             out = func(*real_args, **real_kwargs)
         except RuntimeError as e:
             raise DeviceError("{} at {}: {}".format(func, project_frame(), e)) from None
-        # Where the results live on a GPU: an explicit device= wins, else that of the inputs.
-        on_cuda = to_cuda or (cuda_in and (device is None or func not in _CROSS_DEVICE))
-        if func in (aten._to_copy.default,) and device is not None and not to_cuda:
-            on_cuda = False  # .cpu()
         if func is aten._local_scalar_dense.default:
             return out
+        # Where the results live on a GPU: an explicit device= wins, else that of the inputs.
+        on_cuda = to_cuda if device is not None else cuda_in
+        if on_cuda:
+            return tree_map(lambda x: self._wrap_cuda(func, x, args), out)
+        # A CPU result (rare on a GPU run): remember the line that made it, and whether its data predates the check.
+        flat = tree_flatten((args, kwargs))[0]
         origin = project_frame()
-        if any(isinstance(x, torch.Tensor) and not _is_cuda(x) and _BEFORE in self._origin(x)
-               for x in tree_flatten((args, kwargs))[0]):
+        if any(isinstance(x, torch.Tensor) and _BEFORE in self._origin(x) for x in flat):
             origin += " from a tensor " + _BEFORE
-        return tree_map(lambda x: self._wrap(func, x, args, on_cuda, origin), out)
+        for x in tree_flatten(out)[0]:
+            if isinstance(x, torch.Tensor):
+                x._fake_cuda_origin = origin
+        return out
 
-    def _wrap(self, func, x, args, on_cuda, origin):
+    @staticmethod
+    def _wrap_cuda(func, x, args):
         if not isinstance(x, torch.Tensor):
             return x
-        if func._schema.is_mutable and any(x is a.cpu_value for a in args if _is_cuda(a)):
-            return next(a for a in args if _is_cuda(a) and a.cpu_value is x)  # in-place: the same tensor
-        if not on_cuda:
-            x._fake_cuda_origin = origin
-            return x
+        if func._schema.is_mutable:
+            for a in args:  # in-place: the same tensor (a CPU one stays on the CPU: cpu_tensor.copy_(cuda_tensor))
+                if a is x or _is_cuda(a) and a.cpu_value is x:
+                    return a
         if x.dtype == torch.float64 and _issued_by_project():
             raise DeviceError("float64 tensor made on the GPU by {} at {}".format(func, project_frame()))
         return CudaTensor(x)

@@ -84,7 +84,8 @@ class FirstOutputs(DatasetEvaluator):
 
 def eval_outputs(task, cfg, model):
     """The first val batch's float outputs through :func:`common.evaluation.inference_on_dataset`."""
-    return inference_on_dataset(model, build_loader(task, cfg, "val"), FirstOutputs(), task.label_index_in_batch(cfg))
+    first = [next(iter(build_loader(task, cfg, "val")))]
+    return inference_on_dataset(model, first, FirstOutputs(), task.label_index_in_batch(cfg))
 
 
 def assert_close(outputs, reference, rtol):
