@@ -123,20 +123,21 @@ def test_forward_on_cuda_in_fp32_fp16_and_bf16(runs, name):
             assert math.isfinite(loss.mean().item()), dtype_name
 
 
-def checkpoint_in(model_dir, name):
-    paths = [os.path.join(d, f) for d, _, files in os.walk(str(model_dir)) for f in files if f == name]
-    assert len(paths) == 1, (name, paths)
+def run_file(model_dir, suffix):
+    """The one file of the run under ``model_dir`` whose name ends with ``suffix``."""
+    paths = [os.path.join(d, f) for d, _, files in os.walk(str(model_dir)) for f in files if f.endswith(suffix)]
+    assert len(paths) == 1, (suffix, paths)
     return paths[0]
 
 
 TRAIN_OPTS = ["TRAIN.FP16", "True", "TRAIN.FP16_DTYPE", "float16", "TRAIN.FP16_LOSS_SCALE", "'dynamic'",
-              "TRAIN.CLIP_GRAD_NORM", "1.0", "TRAIN.OPTIMIZER", "AdamW", "TRAIN.OPTIM_STATE_DTYPE", "bfloat16", "TRAIN.EMA_DECAY", "0.9",
-              "NUM_WORKERS_PER_GPU", "0"]
+              "TRAIN.CLIP_GRAD_NORM", "1.0", "TRAIN.OPTIMIZER", "AdamW", "TRAIN.OPTIM_STATE_DTYPE", "bfloat16",
+              "TRAIN.EMA_DECAY", "0.9", "NUM_WORKERS_PER_GPU", "0"]
 
 
-@pytest.mark.parametrize("name", ["vcr-q2a", pytest.param("vqa", marks=pytest.mark.slow),
-                                  pytest.param("cls", marks=pytest.mark.slow)])
-def test_training_resume_test_and_predictor_on_cuda(runs, name, tmp_path):
+@pytest.mark.parametrize("name", ["vcr-q2a"] + [pytest.param(n, marks=pytest.mark.slow)
+                                                 for n in ("vqa", "refcoco", "pretrain", "cls")])
+def test_training_and_resume_on_cuda(runs, name, tmp_path):
     """The training entry point on the GPU (fp16 with the dynamic loss scale, clipping, bf16 AdamW moments, EMA;
     synthetic gradients, see tests/fake_cuda.py): one epoch, then one more resumed from its checkpoint; the
     optimizer state restored onto the GPU in bf16; the EMA weights written."""
@@ -146,14 +147,14 @@ def test_training_resume_test_and_predictor_on_cuda(runs, name, tmp_path):
     with fake_cuda():
         assert run_script(run["entry"], argv) in (0, None)
         assert run_script(run["entry"], argv + ["TRAIN.END_EPOCH", "2"]) in (0, None)
-    log = log_text_in(os.path.dirname(checkpoint_in(tmp_path, "config.yaml")))
+    log = log_text_in(os.path.dirname(run_file(tmp_path, "config.yaml")))
     assert "device cuda" in log and "Resumed from" in log
-    ckpt = torch.load(checkpoint_in(tmp_path, [n for n in os.listdir(os.path.dirname(
-        checkpoint_in(tmp_path, "config.yaml"))) if n.endswith("-0001.model")][0]), map_location="cpu",
-        weights_only=False)
+    ckpt = torch.load(run_file(tmp_path, "-0001.model"), map_location="cpu", weights_only=False)
+    state = ckpt["train_state"]
+    assert (state["epoch"], state["skipped_steps"]) == (2, 0) and state["global_step"] > 0  # every step applied
     assert ckpt["amp"]["loss_scale"] > 1  # fp16: the dynamic scale ran
-    assert os.path.exists(checkpoint_in(tmp_path, [n for n in os.listdir(os.path.dirname(
-        checkpoint_in(tmp_path, "config.yaml"))) if n.endswith("-ema.model")][0]))
+    assert math.isfinite(state["last_finite_loss"])
+    assert run_file(tmp_path, "-ema.model")
     task, cfg = case_config(runs, name, *TRAIN_OPTS[:-2])
     with fake_cuda():
         model = build_model(task, cfg, CUDA)
