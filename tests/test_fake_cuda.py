@@ -88,10 +88,14 @@ def eval_outputs(task, cfg, model):
     return inference_on_dataset(model, first, FirstOutputs(), task.label_index_in_batch(cfg))
 
 
-def assert_close(outputs, reference, rtol):
-    """Each output within ``rtol`` of the reference's largest magnitude (logits of a tiny model)."""
+def assert_close(outputs, reference, rtol, exact_choices=True):
+    """Each output within ``rtol`` of the reference's largest magnitude (logits of a tiny model). Without
+    ``exact_choices``, outputs picked by an argmax (RefCOCO+'s ``pred_boxes``) are left out: rounding may swap
+    near-tied candidates, the logits they come from are compared."""
     assert outputs.keys() == reference.keys() and reference
     for k, ref in reference.items():
+        if not exact_choices and not ("logits" in k or "loss" in k):
+            continue
         got = outputs[k].cpu_value.float()
         assert got.shape == ref.shape, k
         assert torch.equal(got.isnan(), ref.isnan()), k  # e.g. the loss of a batch without masked regions
@@ -116,7 +120,7 @@ def test_forward_on_cuda_in_fp32_fp16_and_bf16(runs, name):
             with amp.autocast_context("cuda", dtype)():
                 outputs = eval_outputs(task, cfg, model)
                 on_cuda(outputs)
-                assert_close(outputs, cpu_outputs, LOSS_RTOL[dtype_name])
+                assert_close(outputs, cpu_outputs, LOSS_RTOL[dtype_name], exact_choices=dtype == torch.float32)
                 model.train()
                 outputs, loss = model(*batch)
             on_cuda((outputs, loss))
