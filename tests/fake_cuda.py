@@ -2,28 +2,31 @@
 
 Design: a hybrid of fake and real tensors. A tensor on the simulated device is a :class:`CudaTensor`: to
 PyTorch's dispatcher it is a meta tensor whose backend keys are CUDA's (the construction of
-``torch._subclasses.fake_tensor.FakeTensor``: ``device`` says ``cuda:0``, autocast applies its CUDA rules, and
-autograd records it without a CUDA context), and it carries the real CPU tensor of its values beside. Every op
-(under :class:`FakeCuda`, a ``TorchDispatchMode``) is checked, then run on the real CPU values, and its results
-are wrapped again on the device the op would give on a GPU. So values are real: ``.item()``, ``nonzero``,
-boolean masks, the loss scaler's inf check and even backward (autograd's engine on the wrapper tensors) run as
-they would, in the dtypes autocast picks, on the CPU's kernels. The checks are CUDA's rules:
+``torch._subclasses.fake_tensor.FakeTensor``: ``device`` says ``cuda:0``, autocast applies its CUDA rules,
+autograd records the graph), and it carries the real CPU tensor of its values beside. Every op (under
+:class:`FakeCuda`, a ``TorchDispatchMode``) is checked, then run on the real CPU values, and its results are
+wrapped again on the device the op gives on a GPU (an explicit ``device=``, else that of its inputs). So values
+are real: ``.item()``, ``nonzero``, boolean masks and the loss scaler's inf check run as they would, in the
+dtypes autocast picks, on the CPU's kernels. Backward is not: autograd's engine asks the driver for a device
+context, so :func:`synthetic_backward` gives every weight the loss reaches a fixed pattern times the loss.
+
+The checks are CUDA's rules:
 
 * a CPU tensor with one element or more met in an op with a CUDA tensor (CUDA accepts 0-dim CPU tensors as
   scalars, CPU indices in indexing and copies between devices) raises :class:`DeviceError`;
-* a float64 tensor made on the device by our code (not by a library's, e.g. GradScaler's) raises :class:`DeviceError` (a GPU's float64 is 30-60x slower; no code
-  of ours means to use it);
-* a CPU op's own dtype error (fp16 meeting fp32 where autocast does not cast) is raised as :class:`DeviceError`.
+* a float64 tensor made on the device by our code (not by a library's, e.g. GradScaler's) raises
+  :class:`DeviceError` (a GPU's float64 is 30-60x slower; no code of ours means to use it);
+* a CPU op's own error, such as fp16 meeting fp32 where autocast does not cast, is raised as :class:`DeviceError`.
 
 Each message names the op and the ``file:line`` of the first project frame (not torch, not this file) that ran
-it and, for a CPU tensor made while the mode was on, the ``file:line`` that made it. A CPU tensor made before
-(a batch field the data loader made and nobody moved) is reported as such.
+it and, for a CPU tensor made while the mode was on, the ``file:line`` that made it; a CPU tensor made before
+(a batch field the data loader made and nobody moved), or derived from one, is reported as such.
 
 Around the mode, :func:`fake_cuda` patches what a CUDA build asks the driver for: ``torch.cuda.is_available``
 (True, so autocast, ``GradScaler``, the loader's pinned memory and the engine's device choice take their CUDA
-paths), lazy init, device count and index, memory figures and pinning (a no-op). What it cannot do: run CUDA
-kernels (the CPU's run: fused and flash kernels, cuBLAS and cuDNN choices are not exercised), time anything,
-or talk NCCL (one process, no process group). See docs/gpu_suite.md.
+paths), bf16 support, lazy init, device count and index, memory figures, pinning (a no-op), CUDA generators
+(CPU ones) and ``tolist``; ``Module.to`` swaps parameters (tied weights stay tied). What it cannot do: real
+gradients, CUDA kernels (fused, flash, cuBLAS and cuDNN choices), streams, timing, NCCL. See docs/gpu_suite.md.
 """
 import contextlib
 import os

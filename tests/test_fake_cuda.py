@@ -204,7 +204,8 @@ def test_a_cpu_arange_in_a_forward_and_a_batch_field_left_on_the_cpu_are_caught_
     assert "from a tensor made before the check started" in message  # a box tensor derived from the CPU field
     path, line = LOCATION.findall(message)[-1]
     assert path.startswith(("vcr/", "common/")), message  # the model's own line that used the boxes
-    assert 0 < int(line) <= len(open(os.path.join(ROOT, path)).read().splitlines())
+    with open(os.path.join(ROOT, path)) as f:
+        assert 0 < int(line) <= len(f.read().splitlines())
 
 
 def test_test_py_and_the_predictor_with_attention_maps_on_cuda(runs, tmp_path):
