@@ -441,6 +441,7 @@ class Predictor:
         vlbert = getattr(self.model, "vlbert", None)
         if vlbert is None:
             raise UserInputError("task '{}': the model has no VL-BERT, so no attention maps".format(self.task.name))
+        vlbert = getattr(vlbert, "_module", vlbert)  # VCR's TimeDistributed: the VL-BERT sees each choice as a row
         from common.data.tokenizer import build_tokenizer  # only the maps need the words
         item, context = self.prepare_one(inp)
         batch = self.collator([item])

@@ -15,7 +15,7 @@ from common.predict import Predictor
 from tests import tiny_vqa
 from tests.conftest import ROOT
 from tests.golden import assert_ranking_close, close
-from tests.tiny_vcr import run_script
+from tests.tiny_vcr import predictor_inputs, run_script
 
 VQA_CFG = tiny_vqa.CFGS["base_4x16G_fp32"]
 # The encoder of the tiny precomputed features: a random ResNet-50 (2048-d, what VQA's reader checks) on
@@ -233,15 +233,7 @@ def vcr_run(tmp_path_factory):
     for task in ("Q2A", "QA2R"):
         with open(root / "res" / "tiny_test_result_{}.csv".format(task)) as f:
             csvs[task] = list(csv.DictReader(f))
-    data = opts[opts.index("DATASET.DATASET_PATH") + 1]
-    with open(os.path.join(data, "test.jsonl")) as f:
-        anns = [json.loads(line) for line in f if line.strip()]
-    inputs = []
-    for ann in anns:
-        meta = json.load(open(os.path.join(data, "vcr1images", ann["metadata_fn"])))
-        inputs.append({"image": os.path.join(data, "vcr1images", ann["img_fn"]), "question": ann["question"],
-                       "answers": ann["answer_choices"], "rationales": ann["rationale_choices"],
-                       "boxes": meta["boxes"], "objects": ann["objects"], "segms": meta.get("segms")})
+    anns, inputs = predictor_inputs(opts[opts.index("DATASET.DATASET_PATH") + 1])
     return dict(cfg=CFG, ckpt=ckpt, opts=opts, csvs=csvs, inputs=inputs, anns=anns)
 
 
@@ -507,3 +499,15 @@ def test_predict_py_attention_writes_the_maps(vqa_run, tmp_path, capsys):
     assert sorted(os.listdir(tmp_path / "att" / "maps" / stem)) == [
         "layer01_region_to_word.png", "layer01_word_to_region.png", "layer02_region_to_word.png",
         "layer02_word_to_region.png", "summary_region_to_word.png", "summary_word_to_region.png"]
+
+
+def test_vcr_attention_maps_are_those_of_the_first_choice(vcr_run):
+    """``attention()`` on VCR (its VL-BERT inside TimeDistributed): the first answer choice's maps, each query's
+    row a distribution over the unpadded tokens, regions and [END]."""
+    q2a = Predictor.from_checkpoint(vcr_run["cfg"], vcr_run["ckpt"], opts=vcr_run["opts"] + ["DATASET.TASK", "Q2A"])
+    inp = {k: v for k, v in vcr_run["inputs"][0].items() if k != "rationales"}
+    maps = q2a.attention(inp)
+    assert maps["probs"].shape[-1] == maps["probs"].shape[-2] == len(maps["tokens"])
+    assert maps["tokens"][-1] == "[END]" and maps["regions"][1] + 1 == len(maps["tokens"])
+    assert abs(maps["probs"].sum(-1) - 1).max() < 1e-4
+    assert maps["result"]["choice"] == q2a(inp)[0]["choice"]

@@ -123,6 +123,21 @@ def tensorboard_scalars_in(output):
     return read_scalars(os.path.join(output, "tensorboard_logs"))
 
 
+def predictor_inputs(data, split="test"):
+    """The items of ``<data>/<split>.jsonl`` (VCR layout) as :class:`common.predict.Predictor` inputs (image path,
+    question, answers, rationales, boxes, objects, segms). Returns (annotations, inputs)."""
+    with open(os.path.join(data, split + ".jsonl")) as f:
+        anns = [json.loads(line) for line in f if line.strip()]
+    inputs = []
+    for ann in anns:
+        with open(os.path.join(data, "vcr1images", ann["metadata_fn"])) as f:
+            meta = json.load(f)
+        inputs.append({"image": os.path.join(data, "vcr1images", ann["img_fn"]), "question": ann["question"],
+                       "answers": ann["answer_choices"], "rationales": ann["rationale_choices"],
+                       "boxes": meta["boxes"], "objects": ann["objects"], "segms": meta.get("segms")})
+    return anns, inputs
+
+
 def run_script(entry, argv):
     """``python <entry> argv...`` run in this process (its ``__main__`` through runpy: no interpreter
     start-up), on one thread as the launched runs (OMP_NUM_THREADS=1): the same arithmetic, no

@@ -1,0 +1,241 @@
+"""Every task's CUDA path on a simulated GPU (tests/fake_cuda.py): one real batch of the task's own loader on
+tiny data (bench/gpu_suite_inputs.py's runs), the model's train and eval forward in fp32, fp16 and bf16
+autocast; the training entry point (Trainer loop with the fp16 loss scale, clipping, bf16 optimizer state,
+EMA), its resume onto the device, the test script and the Predictor's attention maps. A CPU tensor meeting a
+CUDA one, a float64 tensor made on the GPU or a dtype error fails with the file:line that caused it."""
+import csv
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from bench.gpu_suite_inputs import task_runs
+from common import amp
+from common.engine import build_loader, build_model
+from common.checkpoint import restore_checkpoint
+from common.data.collate import Batch
+from common.evaluation import DatasetEvaluator, inference_on_dataset
+from common.optim import build_optimizer
+from common.predict import Predictor
+from common.trainer import to_device
+from tests.conftest import load_task
+from tests.fake_cuda import CUDA, ROOT, CudaTensor, DeviceError, fake_cuda
+from tests.test_vit_end2end import vit_opts
+from tests.tiny_vcr import log_text_in, predictor_inputs, run_script
+
+CASES = {  # name: (task run of task_runs, extra opts)
+    "vcr-q2a": ("vcr", []),
+    "vcr-qa2r": ("vcr", ["DATASET.TASK", "QA2R"]),
+    "vqa": ("vqa", []),
+    "refcoco": ("refcoco", []),
+    "pretrain": ("pretrain", []),
+    "cls": ("cls", []),
+    "vcr-vit": ("vcr", "vit"),
+}
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# relative tolerance of a loss under autocast against fp32 (a mean of log-softmaxes of a tiny model; the
+# inputs of each matmul rounded to the dtype's unit roundoff, 2^-11 / 2^-8, with room for its growth)
+LOSS_RTOL = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 5e-2}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return task_runs(str(tmp_path_factory.mktemp("fake_cuda")))
+
+
+def case_config(runs, name, *extra):
+    task_name, more = CASES[name]
+    run = runs[task_name]
+    task = load_task(task_name)
+    more = vit_opts(task_name) if more == "vit" else more
+    cfg = task.load_config(run["cfg"], list(run["opts"]) + more + ["NUM_WORKERS_PER_GPU", "0"] + list(extra))
+    return task, cfg
+
+
+def on_cuda(tree):
+    """The tensors of a nested output, each asserted to be on the simulated GPU."""
+    flat = torch.utils._pytree.tree_flatten(tree)[0]
+    tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+    bad = [tuple(t.shape) for t in tensors if not isinstance(t, CudaTensor)]
+    assert not bad, "outputs left on the CPU: shapes {}".format(bad)
+    return tensors
+
+
+class FirstOutputs(DatasetEvaluator):
+    """Keeps the floating-point output tensors of the first batch (the evaluator of the check)."""
+
+    def reset(self):
+        self.outputs = None
+
+    def process(self, inputs, outputs):
+        if self.outputs is None:
+            self.outputs = {k: v for k, v in outputs.items()
+                            if isinstance(v, torch.Tensor) and v.is_floating_point()}
+
+    def evaluate(self):
+        return self.outputs
+
+
+def eval_outputs(task, cfg, model):
+    """The first val batch's float outputs through :func:`common.evaluation.inference_on_dataset`."""
+    first = [next(iter(build_loader(task, cfg, "val")))]
+    return inference_on_dataset(model, first, FirstOutputs(), task.label_index_in_batch(cfg))
+
+
+def assert_close(outputs, reference, rtol, exact_choices=True):
+    """Each output within ``rtol`` of the reference's largest magnitude (logits of a tiny model). Without
+    ``exact_choices``, outputs picked by an argmax (RefCOCO+'s ``pred_boxes``) are left out: rounding may swap
+    near-tied candidates, the logits they come from are compared."""
+    assert outputs.keys() == reference.keys() and reference
+    for k, ref in reference.items():
+        if not exact_choices and not ("logits" in k or "loss" in k):
+            continue
+        got = outputs[k].cpu_value.float()
+        assert got.shape == ref.shape, k
+        assert torch.equal(got.isnan(), ref.isnan()), k  # e.g. the loss of a batch without masked regions
+        got, ref = got.nan_to_num(), ref.nan_to_num()
+        assert (got - ref).abs().max().item() <= rtol * (ref.abs().max().item() + 1e-6), k
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_forward_on_cuda_in_fp32_fp16_and_bf16(runs, name):
+    """The eval forward through the evaluation loop over the val loader: the GPU's fp32 outputs equal the CPU's
+    (the same values), the autocast ones are within LOSS_RTOL of them; the train forward of one batch of the
+    train loader gives a finite loss; every output is on the GPU."""
+    task, cfg = case_config(runs, name)
+    torch.manual_seed(0)
+    model = build_model(task, cfg)
+    batch = next(iter(build_loader(task, cfg, "train")))
+    cpu_outputs = eval_outputs(task, cfg, model)
+    with fake_cuda():
+        model.to(CUDA)
+        batch = to_device(batch, CUDA)
+        for dtype_name, dtype in DTYPES.items():
+            with amp.autocast_context("cuda", dtype)():
+                outputs = eval_outputs(task, cfg, model)
+                on_cuda(outputs)
+                assert_close(outputs, cpu_outputs, LOSS_RTOL[dtype_name], exact_choices=dtype == torch.float32)
+                model.train()
+                outputs, loss = model(*batch)
+            on_cuda((outputs, loss))
+            assert math.isfinite(loss.mean().item()), dtype_name
+
+
+def run_file(model_dir, suffix):
+    """The one file of the run under ``model_dir`` whose name ends with ``suffix``."""
+    paths = [os.path.join(d, f) for d, _, files in os.walk(str(model_dir)) for f in files if f.endswith(suffix)]
+    assert len(paths) == 1, (suffix, paths)
+    return paths[0]
+
+
+TRAIN_OPTS = ["TRAIN.FP16", "True", "TRAIN.FP16_DTYPE", "float16", "TRAIN.FP16_LOSS_SCALE", "'dynamic'",
+              "TRAIN.CLIP_GRAD_NORM", "1.0", "TRAIN.OPTIMIZER", "AdamW", "TRAIN.OPTIM_STATE_DTYPE", "bfloat16",
+              "TRAIN.EMA_DECAY", "0.9", "NUM_WORKERS_PER_GPU", "0"]
+
+
+@pytest.mark.parametrize("name", ["vcr-q2a"] + [pytest.param(n, marks=pytest.mark.slow)
+                                                 for n in ("vqa", "refcoco", "pretrain", "cls")])
+def test_training_and_resume_on_cuda(runs, name, tmp_path):
+    """The training entry point on the GPU (fp16 with the dynamic loss scale, clipping, bf16 AdamW moments, EMA;
+    synthetic gradients, see tests/fake_cuda.py): one epoch, then one more resumed from its checkpoint; the
+    optimizer state restored onto the GPU in bf16; the EMA weights written."""
+    task_name = CASES[name][0]
+    run = runs[task_name]
+    argv = ["--cfg", run["cfg"], "--model-dir", str(tmp_path), "--opts"] + list(run["opts"]) + TRAIN_OPTS
+    with fake_cuda():
+        assert run_script(run["entry"], argv) in (0, None)
+        assert run_script(run["entry"], argv + ["TRAIN.END_EPOCH", "2"]) in (0, None)
+    log = log_text_in(os.path.dirname(run_file(tmp_path, "config.yaml")))
+    assert "device cuda" in log and "Resumed from" in log
+    ckpt = torch.load(run_file(tmp_path, "-0001.model"), map_location="cpu", weights_only=False)
+    state = ckpt["train_state"]
+    assert (state["epoch"], state["skipped_steps"]) == (2, 0) and state["global_step"] > 0  # every step applied
+    assert ckpt["amp"]["loss_scale"] > 1  # fp16: the dynamic scale ran
+    assert math.isfinite(state["last_finite_loss"])
+    assert run_file(tmp_path, "-ema.model")
+    task, cfg = case_config(runs, name, *TRAIN_OPTS[:-2])
+    with fake_cuda():
+        model = build_model(task, cfg, CUDA)
+        optimizer = build_optimizer(cfg, model, 1)
+        restore_checkpoint(ckpt, model, optimizer, restore_rng=False)
+        moments = [v for s in optimizer.state.values() for k, v in s.items() if k != "step"]
+        assert moments and all(isinstance(v, CudaTensor) and v.dtype == torch.bfloat16 for v in moments)
+        assert all(isinstance(p, CudaTensor) for p in model.parameters())
+
+
+LOCATION = re.compile(r"at ([\w./]+\.py):(\d+)")
+
+
+def test_a_cpu_arange_in_a_forward_and_a_batch_field_left_on_the_cpu_are_caught_and_located(runs, monkeypatch):
+    """The check fails where it should: a ``torch.arange`` without ``device=`` added in the VCR model's
+    forward, and the batch's boxes not moved; each message names the op's file:line (and the arange's)."""
+    task, cfg = case_config(runs, "vcr-q2a")
+    model = build_model(task, cfg)
+    batch = next(iter(build_loader(task, cfg, "train")))
+    encode = type(model)._encode
+
+    def encode_with_cpu_arange(self, image, *args):
+        return encode(self, image + torch.arange(image.shape[-1]), *args)  # noqa: the injected bug
+
+    arange_line = encode_with_cpu_arange.__code__.co_firstlineno + 1
+    with fake_cuda():
+        model.to(CUDA)
+        on_gpu = to_device(batch, CUDA)
+        with monkeypatch.context() as patch:
+            patch.setattr(type(model), "_encode", encode_with_cpu_arange)
+            with pytest.raises(DeviceError) as caught:
+                model(*on_gpu)
+        message = str(caught.value)
+        assert "made at tests/test_fake_cuda.py:{}".format(arange_line) in message
+        assert LOCATION.findall(message)[-1] == ("tests/test_fake_cuda.py", str(arange_line))  # where it met
+
+        boxes = on_gpu.names.index("boxes")
+        half_moved = Batch([b if i != boxes else batch[i] for i, b in enumerate(on_gpu)], on_gpu.names,
+                           on_gpu.extras)
+        with pytest.raises(DeviceError) as caught:
+            model(*half_moved)
+    message = str(caught.value)
+    assert "from a tensor made before the check started" in message  # a box tensor derived from the CPU field
+    path, line = LOCATION.findall(message)[-1]
+    assert path.startswith(("vcr/", "common/")), message  # the model's own line that used the boxes
+    with open(os.path.join(ROOT, path)) as f:
+        assert 0 < int(line) <= len(f.read().splitlines())
+
+
+def test_test_py_and_the_predictor_with_attention_maps_on_cuda(runs, tmp_path):
+    """vcr/test.py's inference (common/evaluation.py) and ``Predictor(..., device='cuda')`` with ``attention()``
+    on the GPU, from a checkpoint of the tiny VCR run: the predictor's probabilities are test.py's CSV ones, the
+    attention rows sum to 1."""
+    run = runs["vcr"]
+    task, cfg = case_config(runs, "vcr-q2a")
+    torch.manual_seed(0)
+    model = build_model(task, cfg)
+    ckpt = str(tmp_path / "vcr-0000.model")
+    torch.save({"state_dict": model.state_dict(), "config": cfg.dump()}, ckpt)
+    opts = list(run["opts"]) + ["NUM_WORKERS_PER_GPU", "0"]
+    with fake_cuda():
+        assert run_script(os.path.join(ROOT, "vcr", "test.py"), [
+            "--a-cfg", run["cfg"], "--a-ckpt", ckpt, "--result-path", str(tmp_path / "res"), "--result-name", "t",
+            "--opts"] + opts) in (0, None)
+        predictor = Predictor.from_checkpoint(run["cfg"], ckpt, device="cuda", opts=opts + ["DATASET.TASK", "Q2A"])
+        assert all(isinstance(p, CudaTensor) for p in predictor.model.parameters())
+        anns, inputs = predictor_inputs(opts[opts.index("DATASET.DATASET_PATH") + 1])
+        inputs = [{k: v for k, v in i.items() if k != "rationales"} for i in inputs]
+        results = predictor(inputs)
+        maps = predictor.attention(inputs[0])
+    with open(tmp_path / "res" / "t_test_result_Q2A.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(results) == len(rows) == len(anns)
+    for r, row in zip(results, rows):
+        expected = [float(row["answer_{}".format(i)]) for i in range(4)]
+        got = [p["score"] for p in sorted(r["predictions"], key=lambda p: p["index"])]
+        assert got == pytest.approx(expected, abs=1e-5)  # one batch of all vs the loader's batches
+    probs = maps["probs"]
+    assert probs.ndim == 4 and probs.shape[-1] == len(maps["tokens"])
+    assert np.allclose(probs.sum(-1), 1, atol=1e-4)  # each query's attention over the unpadded keys
