@@ -453,3 +453,33 @@ def test_every_tasks_page_answers_and_names_bad_files_in_one_line(vqa_run, vqa_b
                 assert message == "" and shown["masks"]
         left = [n for _, _, names in os.walk(uploads) for n in names]
         assert not set(left) & {os.path.basename(p) for p in list(photos.values()) + [photo]}, left
+
+
+def test_serve_demo_on_a_cls_checkpoint_answers_and_keeps_no_upload(cls_run, tmp_path):
+    """tools/serve_demo.py on a cls checkpoint (no VL-BERT: no layer slider) starts and answers; /config names
+    none of the server's folders (the demo photographs by name); the uploaded photo is deleted once answered."""
+    from gradio_client import Client, handle_file
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, SERVE, "--cfg", cls_run["cfg"], "--ckpt", cls_run["ckpt"], "--port",
+                             str(port), "--opts"] + cls_run["opts"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    try:
+        _wait_serving(proc, lines, port)
+        url = "http://127.0.0.1:{}".format(port)
+        config = urllib.request.urlopen(url + "/config").read().decode()
+        assert "chelsea.jpg" in config and str(tmp_path) not in config
+        photo = _random_photo(tmp_path / "my photo.png")
+        out = Client(url + "/", verbose=False, download_files=False).predict(handle_file(photo), "",
+                                                                              api_name="/answer")
+        expected, = Predictor.from_checkpoint(cls_run["cfg"], cls_run["ckpt"], opts=cls_run["opts"])({"image": photo})
+        assert out[0] == "" and out[5]["image"] == "my photo.png"
+        _same_predictions(out[5]["predictions"], expected["predictions"])
+        private, = [p for p in os.listdir(tmp_path) if p.startswith("serve_demo-")]
+        kept = [n for _, _, names in os.walk(tmp_path / private / "uploads") for n in names]
+        assert "my photo.png" not in kept and proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(30)
