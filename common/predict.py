@@ -43,12 +43,13 @@ from common.checkpoint import CheckpointError, load_checkpoint_file, load_model_
 from common.config import ConfigError
 from common.data.box_sources import BoxSource
 from common.data.collate import BatchCollator, canvas_scales
-from common.data.loading import load_image
+from common.data.loading import load_image, to_rgb
 from common.errors import UserInputError
 from common.evaluation import DatasetEvaluator, inference_on_dataset
 from common.handoff import CONFIG_FILE, handoff_config, is_handoff, read_handoff
 from common.modeling.module import held_random_init_warnings
 from common.modeling.region_extractor import EXTRACTOR_OPTS, build_region_extractor
+from common.modeling.visual_linguistic_bert import TextTooLongError
 from common.safe_write import atomic_write
 from common.task import TASKS
 
@@ -95,7 +96,8 @@ def read_run_info(ckpt_path, name=RUN_INFO):
 
 def load_input_image(image, name="image"):
     """An input image as an RGB ``PIL.Image``: a path (decoded as the data sets do, EXIF orientation applied,
-    :func:`common.data.loading.load_image`), a ``PIL.Image`` or a numpy ``[H, W, 3]`` uint8 array (RGB).
+    :func:`common.data.loading.load_image`), a ``PIL.Image`` of any mode (:func:`common.data.loading.to_rgb`) or
+    a numpy ``[H, W, 3]`` uint8 array (RGB).
 
     Raises:
         UserInputError: a missing file, a file that is not an image, an array of another shape or dtype, or
@@ -109,7 +111,7 @@ def load_input_image(image, name="image"):
         except UserInputError as e:
             raise UserInputError("{}: not an image: {}".format(name, e)) from None
     if isinstance(image, Image.Image):
-        return image.convert("RGB") if image.mode != "RGB" else image
+        return to_rgb(image, name)
     if isinstance(image, np.ndarray):
         if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
             raise UserInputError("{}: expected a numpy array [H, W, 3] of uint8 (RGB), got {} {}".format(
@@ -387,32 +389,44 @@ class Predictor:
                 from None
         return cls(task, cfg, model.to(device).eval(), task_predictor, device)
 
-    def preprocess(self, inputs):
+    def preprocess(self, inputs, names=None):
         """``(batch, contexts, errors)`` of a list of input dicts: the collated
         :class:`common.data.collate.Batch` of the readable inputs (the tensors ``model(*batch)`` takes, the
         label placeholder included when the task has one), their contexts, and ``{position: message}`` of the
-        inputs that could not be read. ``batch`` is None when none could."""
-        items, contexts, errors = [], [], {}
+        inputs that could not be read. ``batch`` is None when none could. ``names``: as in :meth:`__call__`."""
+        prepared, errors = self._prepare(inputs, names)
+        items = [item for _, item, _ in prepared]
+        return (self.collator(items) if items else None), [c for _, _, c in prepared], errors
+
+    def _prepare(self, inputs, names):
+        """``([(position, item, context)], {position: message})`` of the inputs (readable ones, errors)."""
+        prepared, errors = [], {}
         for position, inp in enumerate(inputs):
             try:
-                item, context = self.prepare_one(inp, position)
+                prepared.append((position, *self.prepare_one(inp, position, names and names[position])))
             except UserInputError as e:
                 errors[position] = str(e)
-                continue
-            items.append(item)
-            contexts.append(context)
-        return (self.collator(items) if items else None), contexts, errors
+        return prepared, errors
 
-    def prepare_one(self, inp, position=0):
-        """``(item, context)`` of one input dict (see :meth:`TaskPredictor.item`).
+    @staticmethod
+    def input_name(inp, position=0, name=None):
+        """How messages name an input: ``name``, else its image path, else ``input N``."""
+        if name:
+            return str(name)
+        image = inp.get("image") if isinstance(inp, dict) else None
+        return os.fspath(image) if isinstance(image, (str, os.PathLike)) else "input {}".format(position)
+
+    def prepare_one(self, inp, position=0, name=None):
+        """``(item, context)`` of one input dict (see :meth:`TaskPredictor.item`); ``name``: how messages name it
+        (default :meth:`input_name`).
 
         Raises:
             UserInputError: not a dict, no ``image``, a bad field or image (names the input).
         """
+        name = self.input_name(inp, position, name)
         if not isinstance(inp, dict):
-            raise UserInputError("input {}: expected a dict with 'image' and the task's fields, got {}".format(
-                position, type(inp).__name__))
-        name = inp["image"] if isinstance(inp.get("image"), (str, os.PathLike)) else "input {}".format(position)
+            raise UserInputError("{}: expected a dict with 'image' and the task's fields, got {}".format(
+                name, type(inp).__name__))
         if inp.get("image") is None:
             raise UserInputError("{}: 'image' is missing".format(name))
         self.task_predictor.check_input(inp, name)
@@ -425,7 +439,31 @@ class Predictor:
         return inference_on_dataset(self.model, [batch], _Collect(self.task_predictor),
                                     self.task_predictor.label_field)
 
-    def attention(self, inp, topk=5):
+    def _too_long(self, name, length, error):
+        """The message of an input whose text does not fit the VL-BERT (``error``: its TextTooLongError)."""
+        texts = [k for k in self.task_predictor.fields if k != "boxes"]
+        return ("{}: the text ({}) is {} tokens with the model's marks ([CLS], [SEP], ...), over the {} that "
+                "NETWORK.VLBERT.max_position_embeddings {} leaves for text; shorten it".format(
+                    name, ", ".join(texts), length, error.limit, self.cfg.NETWORK.VLBERT.max_position_embeddings))
+
+    def _forward_fitting(self, prepared, names, errors):
+        """The outputs of the prepared inputs (``[(position, item, context)]``) whose text fits the VL-BERT, and
+        those inputs; the others go into ``errors`` (``{position: message}``). ``(None, [])`` when none fit."""
+        while prepared:
+            try:
+                return self.forward(self.collator([item for _, item, _ in prepared])), prepared
+            except TextTooLongError as e:
+                per_input = e.batch_rows // len(prepared)  # VCR: the VL-BERT sees a row per answer choice
+                longest = {}
+                for row, length in zip(e.rows, e.lengths):
+                    longest[row // per_input] = max(length, longest.get(row // per_input, 0))
+                for k, length in longest.items():
+                    position = prepared[k][0]
+                    errors[position] = self._too_long(names[position], length, e)
+                prepared = [p for k, p in enumerate(prepared) if k not in longest]
+        return None, []
+
+    def attention(self, inp, topk=5, name=None):
         """The attention maps of one input: its prediction (as :meth:`__call__`) and the attention of its first
         VL-BERT sequence (for VCR: the first choice's; QA2R: of its last forward, the query with answer 3), in
         the layout ``pretrain/function/attention_maps.py`` writes (``write_raw`` / ``write_maps``).
@@ -436,17 +474,22 @@ class Predictor:
             ``text`` and ``regions`` (``(start, end)`` token ranges), ``boxes`` (float ``[R, 4]`` pixels of the
             image) and ``image`` (the RGB ``PIL.Image``).
         Raises:
-            UserInputError: a bad input, or a model without a VL-BERT (names the task).
+            UserInputError: a bad input (named by ``name``, default :meth:`input_name`), or a model without a
+                VL-BERT (names the task).
         """
         vlbert = getattr(self.model, "vlbert", None)
         if vlbert is None:
             raise UserInputError("task '{}': the model has no VL-BERT, so no attention maps".format(self.task.name))
         vlbert = getattr(vlbert, "_module", vlbert)  # VCR's TimeDistributed: the VL-BERT sees each choice as a row
         from common.data.tokenizer import build_tokenizer  # only the maps need the words
-        item, context = self.prepare_one(inp)
+        name = self.input_name(inp, 0, name)
+        item, context = self.prepare_one(inp, 0, name)
         batch = self.collator([item])
         with _attention_kept(vlbert, {}) as store:
-            outputs = self.forward(batch)
+            try:
+                outputs = self.forward(batch)
+            except TextTooLongError as e:
+                raise UserInputError(self._too_long(name, max(e.lengths), e)) from None
         result = self.task_predictor.decode(outputs, [context], topk)[0]
         text_ids, text_mask, object_mask = store["args"][0][0], store["args"][3][0], store["args"][5][0]
         num_text, num_regions = int(text_mask.sum()), int(object_mask.sum())
@@ -461,28 +504,34 @@ class Predictor:
                                **{k: v for k, v in result.items() if not k.startswith("_")}),
                 "probs": probs, "tokens": words + ["[REGION {}]".format(k) for k in range(num_regions)] + ["[END]"],
                 "text": (0, num_text), "regions": (num_text, num_text + num_regions), "boxes": boxes.numpy(),
-                "image": load_input_image(inp["image"])}
+                "image": load_input_image(inp["image"], name)}
 
-    def __call__(self, inputs, topk=5, strict=True):
+    def __call__(self, inputs, topk=5, strict=True, names=None):
         """Predictions of one input dict or a list of them (one batch), in input order.
 
         Args:
             inputs: a dict (see the module docstring) or a list of dicts.
             topk: predictions kept per input (and per ``[MASK]``).
             strict: raise on the first bad input; False: keep it in the output as ``{"error": message}``.
+            names: how messages name each input (e.g. an uploaded file's own name); default :meth:`input_name`.
         Returns:
             list of dicts, one per input: its JSON-able fields (``image`` when it is a path), ``predictions``
             and the task's extra keys; a bad input (``strict=False``) gets ``error`` and no predictions.
         Raises:
-            UserInputError: a bad input, with ``strict`` (names it and what was expected).
+            UserInputError: a bad input, with ``strict`` (names it and what was expected): a missing or unreadable
+                image, a bad field, a text longer than the VL-BERT's positions (names the limit).
         """
         inputs = [inputs] if isinstance(inputs, dict) else list(inputs)
-        batch, contexts, errors = self.preprocess(inputs)
+        names = [self.input_name(inp, k, names and names[k]) for k, inp in enumerate(inputs)]
+        prepared, errors = self._prepare(inputs, names)
         if errors and strict:
-            raise UserInputError(next(iter(errors.values())))
+            raise UserInputError(errors[min(errors)])
+        outputs, prepared = self._forward_fitting(prepared, names, errors)
+        if errors and strict:
+            raise UserInputError(errors[min(errors)])
         decoded = []
-        if batch is not None:
-            decoded = self.task_predictor.decode(self.forward(batch), contexts, topk)
+        if outputs is not None:
+            decoded = self.task_predictor.decode(outputs, [c for _, _, c in prepared], topk)
         results, done = [], iter(decoded)
         for position, inp in enumerate(inputs):
             out = {k: v for k, v in inp.items() if isinstance(v, (str, int, float, list)) or v is None} \

@@ -4,6 +4,7 @@ attention of the text's words over the regions out.
 Two parts: :class:`DemoBackend`, the page's function (no gradio: it reads the photo, calls the
 :class:`common.predict.Predictor` and draws what the page shows), and :func:`build_page`, the gradio page on it.
 """
+import contextlib
 import html
 import os
 
@@ -24,6 +25,9 @@ TEXT_LABELS = {"question": "question", "caption": "caption with [MASK] words", "
 # Longest side of the drawn images, pixels (the boxes' labels stay readable, the page stays light); smaller
 # photos are enlarged to it.
 DRAWN_SIDE = 512
+# gradio's cache of the drawn images the page sent: every CACHE_SWEEP_S seconds, those older than CACHE_AGE_S
+# are deleted (``gradio.Blocks(delete_cache=...)``); an uploaded photo is deleted once answered.
+CACHE_SWEEP_S, CACHE_AGE_S = 60, 600
 
 
 def read_photo(path, name=None, max_pixels=MAX_PIXELS):
@@ -33,8 +37,8 @@ def read_photo(path, name=None, max_pixels=MAX_PIXELS):
         path (str or None): the file. name (str): how messages name it (the uploaded file's own name).
         max_pixels (int): the largest width x height accepted.
     Raises:
-        UserInputError: no file, not an image, an image over ``max_pixels`` (says the limit), or a truncated or
-            otherwise undecodable image (each message names the file).
+        UserInputError: no file, not an image, an image over ``max_pixels`` or over Pillow's decompression-bomb
+            guard (says the limit), or a truncated or otherwise undecodable image (each message names the file).
     """
     if not path:
         raise UserInputError("no photo: upload one or pick a demo photograph")
@@ -42,6 +46,9 @@ def read_photo(path, name=None, max_pixels=MAX_PIXELS):
     try:
         with Image.open(path) as header:  # reads the header only: the size before any pixel is decoded
             width, height = header.size
+    except Image.DecompressionBombError as e:  # over twice PIL.Image.MAX_IMAGE_PIXELS: refused by Pillow's open
+        raise UserInputError("'{}' is over the limit of {:,} pixels ({:g} Mpixels; {}): resize it".format(
+            name, max_pixels, max_pixels / 1e6, str(e).split(", could be")[0])) from None
     except (UnidentifiedImageError, OSError) as e:
         raise UserInputError("'{}' is not an image file (PIL cannot read it as JPEG, PNG, ...: {})".format(
             name, type(e).__name__)) from None
@@ -116,10 +123,10 @@ class DemoBackend:
             item = {"image": image}
             if self.text_field:
                 item[self.text_field] = (text or "").strip()
-                attention = self.predictor.attention(item, topk=self.topk)
+                attention = self.predictor.attention(item, topk=self.topk, name=name)
                 prediction = attention.pop("result")
             else:
-                prediction, = self.predictor([item], topk=self.topk)
+                prediction, = self.predictor([item], topk=self.topk, names=[name])
         except UserInputError as e:
             return DemoResult(message=str(e))
         prediction = dict(prediction, image=name)
@@ -174,8 +181,22 @@ def _answers_markdown(prediction):
     return "\n".join(lines)
 
 
+def _remove_upload(path, upload_folder):
+    """Delete an uploaded photo (and its folder, gradio's one per upload) once answered; files outside
+    ``upload_folder`` (gradio's cache) are left alone."""
+    if not path or os.path.commonpath([os.path.abspath(path), upload_folder]) != upload_folder:
+        return
+    with contextlib.suppress(OSError):
+        os.remove(path)
+        os.rmdir(os.path.dirname(path))
+
+
 def build_page(backend, examples=(), title="VL-BERT"):
     """The gradio page on ``backend`` (:class:`DemoBackend`); the caller launches it.
+
+    The page's configuration (``/config``) names no file of the server: the demo photographs are listed by
+    name and text, and one is sent to the photo input when picked. An uploaded photo is deleted once answered;
+    the drawn images gradio keeps are deleted after :data:`CACHE_AGE_S` seconds.
 
     Args:
         backend (DemoBackend): the page's function.
@@ -185,9 +206,12 @@ def build_page(backend, examples=(), title="VL-BERT"):
         ``gradio.Blocks`` with a queue of one model call at a time.
     """
     import gradio as gr
+    from gradio.utils import get_upload_folder
 
+    upload_folder = os.path.abspath(get_upload_folder())
     text_label = TEXT_LABELS.get(backend.text_field)
-    with gr.Blocks(title=title, analytics_enabled=False) as page:
+    examples = list(examples)
+    with gr.Blocks(title=title, analytics_enabled=False, delete_cache=(CACHE_SWEEP_S, CACHE_AGE_S)) as page:
         gr.Markdown("## {}".format(html.escape(title)))
         with gr.Row():
             with gr.Column():
@@ -195,13 +219,19 @@ def build_page(backend, examples=(), title="VL-BERT"):
                 text = gr.Textbox(label=text_label or "text", visible=text_label is not None, elem_id="text",
                                   lines=1, max_lines=3)
                 ask = gr.Button("Ask" if text_label else "Classify", variant="primary", elem_id="ask")
-                if examples:
-                    gr.Examples([[p, t] for p, t in examples], [photo, text], label="demo photographs")
+                if examples:  # names only: a file path here would show the server's folders in /config
+                    picker = gr.Dataset(components=[gr.Textbox(visible=False), gr.Textbox(visible=False)],
+                                        samples=[[os.path.basename(p), t] for p, t in examples], type="index",
+                                        headers=["photo", text_label or ""], label="demo photographs",
+                                        elem_id="examples")
             with gr.Column():
                 message = gr.Markdown(elem_id="message")
                 scores = gr.Label(label="top answers", elem_id="answers")
-                layer = gr.Slider(0, backend.num_layers, value=0, step=1, elem_id="layer",
-                                  label="attention layer (0: mean over all layers)", visible=text_label is not None)
+                if backend.num_layers:
+                    layer = gr.Slider(0, backend.num_layers, value=0, step=1, elem_id="layer",
+                                      label="attention layer (0: mean over all layers)")
+                else:  # no VL-BERT (cls): no attention to choose a layer of
+                    layer = gr.State(0)
                 tiles = gr.Gallery(label="attention of each word over the regions", elem_id="attention",
                                    columns=4, height="auto", format="png", visible=text_label is not None)
                 boxes = gr.Image(label="regions (numbered as in the attention)", elem_id="boxes",
@@ -215,6 +245,7 @@ def build_page(backend, examples=(), title="VL-BERT"):
             # preprocess=False: the upload arrives as gradio's file record, read here with the page's own checks
             path = (photo_data or {}).get("path")
             result = backend(path, question, name=(photo_data or {}).get("orig_name"))
+            _remove_upload(path, upload_folder)
             if result.message:
                 return ("**error:** {}".format(html.escape(result.message)), None, "", None, [], None, None)
             shown = backend.attention_tiles(result.attention, int(chosen_layer)) if result.attention else []
@@ -224,10 +255,13 @@ def build_page(backend, examples=(), title="VL-BERT"):
         def repaint(record, chosen_layer):
             return backend.attention_tiles(record, int(chosen_layer)) if record else []
 
+        if examples:
+            picker.click(lambda k: examples[k], picker, [photo, text])
         ask.click(answer, [photo, text, layer], [message, scores, table, boxes, tiles, raw, attention],
                   preprocess=False, concurrency_limit=1, concurrency_id="model")
-        layer.change(repaint, [attention, layer], tiles, concurrency_limit=1, concurrency_id="model",
-                     trigger_mode="always_last")
+        if backend.num_layers:
+            layer.change(repaint, [attention, layer], tiles, concurrency_limit=1, concurrency_id="model",
+                         trigger_mode="always_last")
     return page.queue(default_concurrency_limit=1, max_size=32)
 
 

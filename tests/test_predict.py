@@ -511,3 +511,119 @@ def test_vcr_attention_maps_are_those_of_the_first_choice(vcr_run):
     assert maps["tokens"][-1] == "[END]" and maps["regions"][1] + 1 == len(maps["tokens"])
     assert abs(maps["probs"].sum(-1) - 1).max() < 1e-4
     assert maps["result"]["choice"] == q2a(inp)[0]["choice"]
+
+
+# ------------------------------------------------------------------------------------------- inputs that break
+# Longer than any VL-BERT's positions (the tiny ones number 128, BERT-base 512): 600 words.
+LONG_TEXT = " ".join(["word"] * 600)
+# Pillow refuses images over twice PIL.Image.MAX_IMAGE_PIXELS (178,956,970) before decoding: 196 Mpixels.
+BOMB_SIDE = 14000
+
+
+def bad_photos(folder):
+    """Files users upload that are not a usable photo, written under ``folder``: ``{kind: path}`` (a 1-bit PNG of
+    14000 x 14000 pixels, 24 kB on disk; text named .jpg; a 1 x 1 PNG; a 16-bit greyscale PNG of a gradient)
+    and, for the 16-bit one, ``16-bit expected``: the 8-bit RGB PNG it must be read as (v / 257)."""
+    import numpy as np
+    from PIL import Image
+
+    paths = {k: os.path.join(folder, n) for k, n in [("bomb", "huge scan.png"), ("text", "my notes.jpg"),
+                                                     ("1x1", "pixel.png"), ("16-bit", "depth16.png"),
+                                                     ("16-bit expected", "depth8.png")]}
+    Image.new("1", (BOMB_SIDE, BOMB_SIDE)).save(paths["bomb"])
+    with open(paths["text"], "w") as f:
+        f.write("not an image")
+    Image.new("RGB", (1, 1), (200, 30, 30)).save(paths["1x1"])
+    ramp = np.linspace(0, 65535, 48 * 64).round().astype(np.uint16).reshape(48, 64)
+    Image.fromarray(ramp).save(paths["16-bit"])
+    Image.fromarray(np.repeat(np.round(ramp / 257).astype(np.uint8)[..., None], 3, -1)).save(paths["16-bit expected"])
+    return paths
+
+
+def test_bad_image_files_through_predict_py_are_one_line_each(cls_run, tmp_path, capsys):
+    """A cls checkpoint on a folder of bad files: one error line per file naming it (exit 2); the 16-bit PNG is
+    answered as its 8-bit scaling (not as a white image), the 1x1 photo is answered."""
+    photos = bad_photos(str(tmp_path))
+    code, out, err = _predict_cli(["--cfg", cls_run["cfg"], "--ckpt", cls_run["ckpt"], "--images", str(tmp_path),
+                                   "--json", str(tmp_path / "out.json"), "--opts"] + cls_run["opts"], capsys)
+    assert code == 2 and "Traceback" not in err
+    by_file = {os.path.basename(r["image"]): r for r in json.load(open(tmp_path / "out.json"))}
+    assert by_file["huge scan.png"]["error"] == (
+        "{0}: not an image: cannot decode image '{0}': Image size (196000000 pixels) exceeds limit of 178956970 "
+        "pixels (Pillow's guard, PIL.Image.MAX_IMAGE_PIXELS); resize it".format(photos["bomb"]))
+    assert by_file["my notes.jpg"]["error"] == (
+        "{0}: not an image: cannot decode image '{0}': not an image file Pillow can read (JPEG, PNG, ...)".format(
+            photos["text"]))
+    assert "BytesIO" not in err and err.count("error: ") == 2
+    assert by_file["depth16.png"]["predictions"] == by_file["depth8.png"]["predictions"]
+    assert by_file["pixel.png"]["predictions"]
+
+
+def test_text_longer_than_the_positions_is_refused_naming_the_limit(vqa_run, vqa_predictor, refcoco_run, capsys):
+    """VQA and RefCOCO+ (no truncation in their data sets): the input is refused with the limit, the others of
+    the call are answered; tools/predict.py says it in one line, exit 2."""
+    photo = _test_questions(vqa_run)[0]["image"]
+    short = {"image": photo, "question": "what color is it ?"}
+    long_vqa, kept = vqa_predictor([dict(short, question=LONG_TEXT), short], strict=False)
+    assert long_vqa["error"] == ("{}: the text (question) is 604 tokens with the model's marks ([CLS], [SEP], ...), "
+                                 "over the 126 that NETWORK.VLBERT.max_position_embeddings 128 leaves for text; "
+                                 "shorten it".format(photo))
+    _assert_same_predictions([kept], vqa_predictor(short))
+    with pytest.raises(UserInputError, match=r"is 604 tokens .* over the 126"):
+        vqa_predictor.attention(dict(short, question=LONG_TEXT))
+    # One token under the limit is answered: [CLS] question [SEP] [MASK] [SEP] = 122 words + 4 marks.
+    assert vqa_predictor(dict(short, question=" ".join(["word"] * 122)))[0]["predictions"]
+    with pytest.raises(UserInputError, match=r"is 127 tokens"):
+        vqa_predictor(dict(short, question=" ".join(["word"] * 123)))
+
+    refcoco = Predictor.from_checkpoint(refcoco_run["cfg"], refcoco_run["ckpt"], opts=refcoco_run["opts"])
+    with pytest.raises(UserInputError, match=r"the text \(expression\) is 602 tokens .* over the 126"):
+        refcoco({"image": photo, "expression": LONG_TEXT})
+
+    code, _, err = _predict_cli(["--cfg", VQA_CFG, "--ckpt", vqa_run["ckpt"], "--feature-weights", vqa_run["weights"],
+                                 "--box-source", "grid", "--grid", "2x2", "--image", photo, "--question", LONG_TEXT,
+                                 "--opts"] + vqa_run["opts"], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[0].endswith("over the 126 that NETWORK.VLBERT.max_position_embeddings 128 "
+                                                "leaves for text; shorten it")
+
+
+def test_vcr_through_predict_py_attention_and_a_long_question(vcr_run, tmp_path, capsys):
+    """tools/predict.py --attention on a Q2A and a QA2R model writes the maps of the first choice's sequence
+    (the VL-BERT inside VCR's TimeDistributed); a 600-word question is truncated as the data set does (VCR's
+    DATASET.SEQ_LEN, the reference's rule) and answered."""
+    import numpy as np
+
+    inp = vcr_run["inputs"][0]
+    for task in ("Q2A", "QA2R"):
+        argv = ["--cfg", vcr_run["cfg"], "--ckpt", vcr_run["ckpt"], "--image", inp["image"], "--question",
+                " ".join(t if isinstance(t, str) else "[{}]".format(",".join(map(str, t))) for t in inp["question"]),
+                "--answers"] + [" ".join(t if isinstance(t, str) else "[0]" for t in a) for a in inp["answers"]]
+        if task == "QA2R":
+            argv += ["--rationales"] + [" ".join(t if isinstance(t, str) else "[0]" for t in r)
+                                        for r in inp["rationales"]]
+        out = tmp_path / task
+        code, _, err = _predict_cli(argv + ["--box-source", "grid", "--grid", "2x2", "--attention", str(out),
+                                            "--json", str(out / "out.json"), "--opts"] + vcr_run["opts"]
+                                    + ["DATASET.TASK", task], capsys)
+        assert code in (0, None), err
+        stem = os.path.splitext(os.path.basename(inp["image"]))[0]
+        probs = np.load(out / "attention_probs" / (stem + ".npy"))
+        record = json.load(open(out / "attention_probs" / (stem + ".json")))
+        layers = probs.shape[0]
+        assert probs.shape[2:] == (len(record["tokens"]), len(record["tokens"]))
+        np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+        assert record["tokens"][0] == "[CLS]" and record["tokens"][-1] == "[END]"
+        # The regions: the boxes the prediction used (the 2x2 grid; this config adds no whole-image box).
+        np.testing.assert_allclose(record["boxes"], json.load(open(out / "out.json"))[0]["boxes"], atol=1e-4)
+        assert record["regions"][1] - record["regions"][0] == len(record["boxes"]) == 4
+        assert len(os.listdir(out / "maps" / stem)) == 2 * layers + 2  # each layer's and the summary's 2 maps
+
+        code, _, err = _predict_cli(argv[:argv.index("--question") + 1] + [LONG_TEXT]
+                                    + argv[argv.index("--question") + 2:]
+                                    + ["--box-source", "grid", "--grid", "2x2", "--json", str(out / "long.json"),
+                                       "--opts"] + vcr_run["opts"] + ["DATASET.TASK", task], capsys)
+        assert code in (0, None), err
+        answered, = json.load(open(out / "long.json"))
+        key = "predictions" if task == "Q2A" else "rationale_predictions"
+        assert sum(p["score"] for p in answered[key]) == pytest.approx(1.0, abs=1e-5)

@@ -6,6 +6,8 @@ and a question as the predictor does, shows the error of a file that is not an i
 The checkpoints are those of ``tests/test_predict.py`` (a tiny VQA model on precomputed features of a random
 ResNet-50, a tiny ViT classifier).
 """
+import contextlib
+import html
 import json
 import os
 import queue
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -25,10 +28,10 @@ from common.data.loading import load_image
 from common.drawing import BOX_COLOUR, CHOSEN_COLOUR, PAINT_ALPHA, thumbnail
 from common.errors import UserInputError
 from common.predict import Predictor
-from common.web_demo import DRAWN_SIDE, MAX_PIXELS, DemoBackend
+from common.web_demo import DRAWN_SIDE, MAX_PIXELS, DemoBackend, build_page, launch
 from tests.conftest import ROOT
 from tests.golden import assert_ranking_close, close
-from tests.test_predict import VQA_CFG, cls_run, refcoco_run, vqa_run  # noqa: F401  (module fixtures: tiny runs)
+from tests.test_predict import LONG_TEXT, VQA_CFG, bad_photos, cls_run, refcoco_run, vqa_run  # noqa: F401
 
 SERVE = os.path.join(ROOT, "tools", "serve_demo.py")
 GRID = ["--box-source", "grid", "--grid", "2x2"]  # 4 cells, the whole image first: 5 regions
@@ -47,6 +50,36 @@ def vqa_backend(vqa_run):
                                           feature_weights=vqa_run["weights"],
                                           box_source={"kind": "grid", "grid": "2x2"})
     return DemoBackend(predictor, topk=3)
+
+
+GRID_SOURCE = {"kind": "grid", "grid": "2x2"}
+CAPTION = "a [MASK] sits on the [MASK]"
+
+
+@pytest.fixture(scope="module")
+def refcoco_backend(refcoco_run):
+    predictor = Predictor.from_checkpoint(refcoco_run["cfg"], refcoco_run["ckpt"], opts=refcoco_run["opts"],
+                                          box_source=GRID_SOURCE)
+    return DemoBackend(predictor, topk=3)
+
+
+@pytest.fixture(scope="module")
+def pretrain_backend(tiny_pretrain, tmp_path_factory):
+    """The demo pretraining config at tiny size with seeded-random weights."""
+    from pretrain.task import TASK
+    from tests import tiny_pretrain as tp
+    from tests.test_eval_outputs import _checkpoint
+
+    name = "demo_e2e_cpu.yaml"
+    opts = tp.opts(name, tiny_pretrain)
+    ckpt = _checkpoint(TASK, TASK.load_config(tp.cfg_path(name), opts),
+                       tmp_path_factory.mktemp("web_pretrain") / "pretrain-0000.model")
+    return DemoBackend(Predictor.from_checkpoint(tp.cfg_path(name), ckpt, opts=opts, box_source=GRID_SOURCE), topk=3)
+
+
+@pytest.fixture(scope="module")
+def cls_backend(cls_run):
+    return DemoBackend(Predictor.from_checkpoint(cls_run["cfg"], cls_run["ckpt"], opts=cls_run["opts"]))
 
 
 def _same_predictions(shown, expected):
@@ -150,11 +183,11 @@ def test_bad_photos_and_questions_give_a_message_and_the_backend_answers_on(vqa_
     _same_predictions(vqa_backend(photo, QUESTION).prediction["predictions"], expected["predictions"])
 
 
-def test_a_cls_checkpoint_shows_its_top5_classes(cls_run):
+def test_a_cls_checkpoint_shows_its_top5_classes(cls_run, cls_backend):
     from cls.data.datasets import CIFAR10
 
-    predictor = Predictor.from_checkpoint(cls_run["cfg"], cls_run["ckpt"], opts=cls_run["opts"])
-    backend = DemoBackend(predictor)
+    backend = cls_backend
+    predictor = backend.predictor
     assert backend.text_field is None and backend.num_layers == 0
     image = CIFAR10(cls_run["data"], "test", None).images[0]
     path = os.path.join(str(cls_run["ckpt"]) + ".photo.png")
@@ -320,18 +353,17 @@ def test_serve_demo_refuses_a_port_in_use_before_loading_the_model():
                                   "(or --host)".format(port))
 
 
-def test_an_expression_shows_the_chosen_box_and_a_caption_its_masked_words(refcoco_run, tiny_pretrain, tmp_path):
-    from pretrain.task import TASK
-    from tests import tiny_pretrain as tp
-    from tests.test_eval_outputs import _checkpoint
+def _random_photo(path):
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (36, 48, 3), dtype=np.uint8)).save(path)
+    return str(path)
 
-    photo = str(tmp_path / "photo.png")
-    Image.fromarray(np.random.default_rng(0).integers(0, 255, (36, 48, 3), dtype=np.uint8)).save(photo)
-    grid = {"kind": "grid", "grid": "2x2"}
+
+def test_an_expression_shows_the_chosen_box_and_a_caption_its_masked_words(refcoco_backend, pretrain_backend,
+                                                                           tmp_path):
+    photo = _random_photo(tmp_path / "photo.png")
     # RefCOCO+: the candidates by score, the best one drawn in red on top of the others.
-    predictor = Predictor.from_checkpoint(refcoco_run["cfg"], refcoco_run["ckpt"], opts=refcoco_run["opts"],
-                                          box_source=grid)
-    backend = DemoBackend(predictor, topk=3)
+    backend = refcoco_backend
+    predictor = backend.predictor
     assert backend.text_field == "expression"
     result = backend(photo, "the red one")
     expected, = predictor({"image": photo, "expression": "the red one"}, topk=3)
@@ -344,13 +376,10 @@ def test_an_expression_shows_the_chosen_box_and_a_caption_its_masked_words(refco
     assert result.attention["regions"][1] - result.attention["regions"][0] == len(result.attention["boxes"])
 
     # Pretraining: the top word pieces of each [MASK], the first [MASK]'s in the page's label.
-    name = "demo_e2e_cpu.yaml"
-    opts = tp.opts(name, tiny_pretrain)
-    ckpt = _checkpoint(TASK, TASK.load_config(tp.cfg_path(name), opts), tmp_path / "pretrain-0000.model")
-    predictor = Predictor.from_checkpoint(tp.cfg_path(name), ckpt, opts=opts, box_source=grid)
-    backend = DemoBackend(predictor, topk=3)
+    backend = pretrain_backend
+    predictor = backend.predictor
     assert backend.text_field == "caption"
-    caption = "a [MASK] sits on the [MASK]"
+    caption = CAPTION
     result = backend(photo, caption)
     expected, = predictor({"image": photo, "caption": caption}, topk=3)
     assert len(result.prediction["masks"]) == 2
@@ -369,3 +398,114 @@ def test_setup_env_names_an_unknown_option():
     assert out.returncode == 2
     assert out.stderr.strip() == ("error: scripts/setup_env.sh: unknown option '--web' (expected --test and/or "
                                   "--demo)")
+
+
+# ------------------------------------------------------------------------------- the page of every task, served
+@contextlib.contextmanager
+def _served(backend, examples, allowed):
+    """``(url, gradio_client)`` of ``backend``'s page served in this process (:func:`common.web_demo.launch`)."""
+    from gradio_client import Client
+
+    page = build_page(backend, examples, title="test")
+    url = launch(page, port=_free_port(), allowed_paths=[allowed])
+    try:
+        yield url, Client(url + "/", verbose=False, download_files=False)
+    finally:
+        page.close()
+
+
+def _same_ranking(shown, expected):
+    """Same predictions (every [MASK]'s for a caption)."""
+    ranked = [p["masks"] if "masks" in p else [p["predictions"]] for p in (shown, expected)]
+    assert len(ranked[0]) == len(ranked[1])
+    for got, want in zip(*ranked):
+        _same_predictions(got, want)
+
+
+def _answer(client, backend, path, text):
+    """The page's Ask: ``(message without markup, the JSON prediction or None)``."""
+    from gradio_client import handle_file
+
+    args = [handle_file(path), text] + ([0] if backend.num_layers else [])  # the layer slider, when there is one
+    out = client.predict(*args, api_name="/answer")
+    return html.unescape(out[0]).replace("**error:** ", ""), out[5]
+
+
+def test_every_tasks_page_answers_and_names_bad_files_in_one_line(vqa_run, vqa_backend, refcoco_backend,
+                                                                  pretrain_backend, cls_backend, tmp_path,
+                                                                  monkeypatch):
+    """The pages of VQA, RefCOCO+, pretraining and cls, served and asked through gradio's client as a browser
+    does: each builds (cls: no layer slider), answers a photo as its predictor does, a 16-bit PNG as its 8-bit
+    scaling, and gives one line naming the uploaded file for a decompression bomb, a text file, a 1x1 photo
+    and a text over the VL-BERT's positions; /config names no folder of the server; no upload stays on disk."""
+    uploads = tmp_path / "gradio"
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(uploads))  # read when a page is built and served
+    os.makedirs(tmp_path / "photos")
+    photos = bad_photos(str(tmp_path / "photos"))
+    photo = _random_photo(tmp_path / "photos" / "photo.png")
+    grid_1x1 = "pixel.png: a 2x2 (rows x columns) grid does not fit an image of 1x1 pixels (width x height)"
+    pages = [(vqa_backend, QUESTION, ("question", 604)), (refcoco_backend, "the red one", ("expression", 602)),
+             (pretrain_backend, CAPTION, None), (cls_backend, "", None)]
+    for backend, text, too_long in pages:
+        with _served(backend, [(photo, text)], str(tmp_path / "photos")) as (url, client):
+            config = urllib.request.urlopen(url + "/config").read().decode()
+            assert "photo.png" in config and str(tmp_path) not in config
+            message, shown = _answer(client, backend, photo, text)
+            expected, = backend.predictor({"image": photo, backend.text_field or "image": text or photo}
+                                          if backend.text_field else {"image": photo}, topk=backend.topk)
+            assert message == ""
+            _same_ranking(shown, expected)
+            message, shown = _answer(client, backend, photos["16-bit"], text)
+            _, eight_bit = _answer(client, backend, photos["16-bit expected"], text)
+            assert message == ""
+            _same_ranking(shown, eight_bit)
+            assert _answer(client, backend, photos["bomb"], text)[0] == (
+                "'huge scan.png' is over the limit of 20,000,000 pixels (20 Mpixels; Image size (196000000 pixels) "
+                "exceeds limit of 178956970 pixels): resize it")
+            assert _answer(client, backend, photos["text"], text)[0] == (
+                "'my notes.jpg' is not an image file (PIL cannot read it as JPEG, PNG, ...: UnidentifiedImageError)")
+            message, shown = _answer(client, backend, photos["1x1"], text)
+            if backend.text_field:  # the 2x2 grid of regions does not fit; cls resizes it
+                assert (message, shown) == (grid_1x1, None)
+            else:
+                assert message == "" and shown["predictions"]
+            if too_long:
+                message, _ = _answer(client, backend, photo, LONG_TEXT)
+                assert message == ("photo.png: the text ({}) is {} tokens with the model's marks ([CLS], [SEP], ...), "
+                                   "over the 126 that NETWORK.VLBERT.max_position_embeddings 128 leaves for text; "
+                                   "shorten it".format(*too_long))
+            elif backend.text_field:  # a caption: cut to DATASET.SEQ_LEN as in training, its first [MASK] kept
+                message, shown = _answer(client, backend, photo, CAPTION + " " + LONG_TEXT)
+                assert message == "" and shown["masks"]
+        left = [n for _, _, names in os.walk(uploads) for n in names]
+        assert not set(left) & {os.path.basename(p) for p in list(photos.values()) + [photo]}, left
+
+
+def test_serve_demo_on_a_cls_checkpoint_answers_and_keeps_no_upload(cls_run, tmp_path):
+    """tools/serve_demo.py on a cls checkpoint (no VL-BERT: no layer slider) starts and answers; /config names
+    none of the server's folders (the demo photographs by name); the uploaded photo is deleted once answered."""
+    from gradio_client import Client, handle_file
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, SERVE, "--cfg", cls_run["cfg"], "--ckpt", cls_run["ckpt"], "--port",
+                             str(port), "--opts"] + cls_run["opts"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    try:
+        _wait_serving(proc, lines, port)
+        url = "http://127.0.0.1:{}".format(port)
+        config = urllib.request.urlopen(url + "/config").read().decode()
+        assert "chelsea.jpg" in config and str(tmp_path) not in config
+        photo = _random_photo(tmp_path / "my photo.png")
+        out = Client(url + "/", verbose=False, download_files=False).predict(handle_file(photo), "",
+                                                                              api_name="/answer")
+        expected, = Predictor.from_checkpoint(cls_run["cfg"], cls_run["ckpt"], opts=cls_run["opts"])({"image": photo})
+        assert out[0] == "" and out[5]["image"] == "my photo.png"
+        _same_predictions(out[5]["predictions"], expected["predictions"])
+        private, = [p for p in os.listdir(tmp_path) if p.startswith("serve_demo-")]
+        kept = [n for _, _, names in os.walk(tmp_path / private / "uploads") for n in names]
+        assert "my photo.png" not in kept and proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(30)

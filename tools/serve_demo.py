@@ -14,8 +14,9 @@ photographs and two shape scenes with a question each (``demo/make_demo_data.py`
 
 The page runs offline and stays on this machine: gradio's analytics off, no share link, the system's fonts (no
 font CDN), bound to 127.0.0.1 unless ``--host`` says otherwise, uploads kept in a private temporary folder
-removed at exit. One model call at a time (a queue); a bad photo or an empty question shows a message in the
-page. It prints ``serving on http://HOST:PORT`` once the page answers; Ctrl-C stops it.
+removed at exit, each upload deleted once answered. One model call at a time (a queue); a bad photo or an
+empty question shows a message in the page. It prints ``serving on http://HOST:PORT`` once the page answers;
+Ctrl-C stops it.
 """
 import argparse
 import atexit

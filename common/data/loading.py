@@ -4,6 +4,7 @@ import io
 import json
 import warnings
 
+import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from common.errors import UserInputError
@@ -25,6 +26,58 @@ class ImageOrientationWarning(UserWarning):
 
 # Images already warned about by ImageOrientationWarning in this process (one warning per image).
 _ORIENTATION_WARNED = set()
+# What a transparent pixel becomes (RGBA, LA, P / L / RGB with a transparent colour): composited on white, as an
+# image viewer shows it on a white page.
+BACKGROUND = (255, 255, 255)
+# 16-bit unsigned modes (16-bit PNG / TIFF greyscale): the format's full range 0..65535 maps to 0..255.
+_UINT16_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
+# Errors of Image.open / load on bytes that are not a readable image; DecompressionBombError is none of them.
+_DECODE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError)
+
+
+def _decode_message(name, error):
+    """One line for a decoding ``error`` of the image ``name`` (never the in-memory buffer's repr)."""
+    if isinstance(error, UnidentifiedImageError):
+        return "cannot decode image '{}': not an image file Pillow can read (JPEG, PNG, ...)".format(name)
+    if isinstance(error, Image.DecompressionBombError):
+        return "cannot decode image '{}': {} (Pillow's guard, PIL.Image.MAX_IMAGE_PIXELS); resize it".format(
+            name, str(error).split(", could be")[0])
+    return "cannot decode image '{}': {}".format(name, error)
+
+
+def to_rgb(image, name="image"):
+    """An 8-bit RGB copy of a decoded ``PIL.Image`` of any mode (the image itself when it is RGB).
+
+    - ``1``, ``L``, ``P``, ``CMYK``, ``YCbCr``, ``RGB``: Pillow's conversion (grey repeated on the 3 channels; CMYK
+      by Pillow's plain formula, no colour profile).
+    - with transparency (``RGBA``, ``LA``, ``PA``, ``P`` / ``L`` / ``RGB`` with a transparent colour):
+      composited over :data:`BACKGROUND` (white).
+    - ``I;16`` (16-bit greyscale PNG / TIFF): ``round(v / 257)``, the 16-bit range 0..65535 onto 0..255.
+    - ``I`` (32-bit integers) and ``F`` (32-bit floats): no fixed range, so the image's own minimum..maximum
+      onto 0..255 (``round(255 (v - min) / (max - min))``); a constant image keeps its value clipped to 0..255.
+    - an animated image (GIF, APNG, WebP): the frame it is at (the first after opening).
+
+    Raises:
+        UserInputError: a mode Pillow cannot convert to RGB (names ``name`` and the mode).
+    """
+    if image.mode == "RGB":
+        return image
+    if image.mode in _UINT16_MODES + ("I", "F"):
+        values = np.asarray(image, dtype=np.float64)
+        if image.mode in _UINT16_MODES:
+            scaled = values / 257.0
+        else:
+            low, high = float(values.min()), float(values.max())
+            scaled = (values - low) * (255.0 / (high - low)) if high > low else np.clip(values, 0, 255)
+        return Image.fromarray(np.round(scaled).astype(np.uint8)).convert("RGB")
+    try:
+        if image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in image.info:
+            rgba = image.convert("RGBA")
+            return Image.alpha_composite(Image.new("RGBA", image.size, BACKGROUND + (255,)), rgba).convert("RGB")
+        return image.convert("RGB")
+    except ValueError as e:
+        raise UserInputError("{}: image mode {} cannot be converted to RGB ({})".format(name, image.mode, e)) \
+            from None
 
 
 def load_image(path, recorded_size=None, recorded_in=""):
@@ -32,11 +85,12 @@ def load_image(path, recorded_size=None, recorded_in=""):
 
     EXIF orientation is applied first (phone photos are often stored rotated), unless the metadata's
     ``recorded_size`` is the stored pixels' size and not the rotated one (see :func:`decode_image`); then
-    grey, palette, CMYK and RGBA images are converted to RGB.
+    every other mode becomes 8-bit RGB (:func:`to_rgb`: transparency over white, 16-bit scaled to 8).
 
     Raises:
         FileNotFoundError: the file is missing.
-        ValueError: the bytes are not a decodable image (message names the file).
+        UserInputError: the bytes are not a decodable image, or an image over Pillow's decompression-bomb
+            limit (message names the file).
     """
     return decode_image(read_bytes(path), path, recorded_size, recorded_in)
 
@@ -51,17 +105,18 @@ def decode_image(data, name, recorded_size=None, recorded_in=""):
     the EXIF one is returned (:func:`check_image_size` then decides).
 
     Raises:
-        UserInputError: the bytes are not a decodable image.
+        UserInputError: the bytes are not a decodable image, one over Pillow's decompression-bomb limit, or of
+            a mode without an RGB conversion (names ``name``).
     """
     try:
         stored = Image.open(io.BytesIO(data))
         stored.load()
-    except (UnidentifiedImageError, OSError, SyntaxError) as e:
-        raise UserInputError("cannot decode image '{}': {}".format(name, e)) from None
+    except _DECODE_ERRORS as e:
+        raise UserInputError(_decode_message(name, e)) from None
     image = ImageOps.exif_transpose(stored)
     if _keep_stored(name, stored, image.size, recorded_size, recorded_in):
         image = stored
-    return image.convert("RGB") if image.mode != "RGB" else image
+    return to_rgb(image, name)
 
 
 def image_size(path, recorded_size=None, recorded_in=""):
@@ -75,8 +130,8 @@ def image_size(path, recorded_size=None, recorded_in=""):
     data = read_bytes(path)
     try:
         stored = Image.open(io.BytesIO(data))
-    except (UnidentifiedImageError, OSError, SyntaxError) as e:
-        raise UserInputError("cannot decode image '{}': {}".format(path, e)) from None
+    except _DECODE_ERRORS as e:
+        raise UserInputError(_decode_message(path, e)) from None
     w, h = stored.size
     upright = (h, w) if stored.getexif().get(ORIENTATION_TAG, 1) in _TRANSPOSING else (w, h)
     return stored.size if _keep_stored(path, stored, upright, recorded_size, recorded_in) else upright

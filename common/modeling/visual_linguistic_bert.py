@@ -32,6 +32,23 @@ logger = get_logger(__name__)
 NUM_SPECIAL_WORDS = 1000
 
 
+class TextTooLongError(ValueError):
+    """Rows of a batch whose text has more tokens than the position embeddings can number
+    (:attr:`VisualLinguisticBert.max_text_tokens`).
+
+    Attributes:
+        rows (list of int): the rows (of the batch the VL-BERT sees) over the limit.
+        lengths (list of int): their text tokens.
+        batch_rows (int): rows of that batch. limit (int): the most text tokens a row may have.
+    """
+
+    def __init__(self, rows, lengths, batch_rows, limit, max_positions):
+        self.rows, self.lengths, self.batch_rows, self.limit = rows, lengths, batch_rows, limit
+        super().__init__("text of {} tokens (batch row {}): NETWORK.VLBERT.max_position_embeddings {} numbers at "
+                         "most {} text tokens (the regions and [END] take the next two positions)".format(
+                             lengths[0], rows[0], max_positions, limit))
+
+
 class VisualLinguisticBert(nn.Module):
     """VL-BERT backbone: embeddings, BERT encoder and optional pooler.
 
@@ -60,6 +77,8 @@ class VisualLinguisticBert(nn.Module):
         self.embedding_LayerNorm = LayerNorm(hidden)
         self.embedding_dropout = nn.Dropout(config.hidden_dropout_prob)
         self.position_padding_idx = config.position_padding_idx
+        # Text positions 0 .. T-1, the RoIs' T, [END]'s T + 1, all shifted by position_padding_idx + 1.
+        self.max_text_tokens = config.max_position_embeddings - config.position_padding_idx - 3
 
         self.visual_1x1_text = None
         self.visual_1x1_object = None
@@ -136,6 +155,8 @@ class VisualLinguisticBert(nn.Module):
         Returns:
             embeddings [B, L, H], attention mask [B, L] bool, text positions [B, L] bool,
             object positions [B, L] bool, with L = max over the batch of (#text + #objects) + 1.
+        Raises:
+            TextTooLongError: a row with more than :attr:`max_text_tokens` text tokens (names the rows).
         """
         text_vl = self.word_embedding(text_input_ids) + self._visual(
             text_visual_embeddings, self.visual_1x1_text, getattr(self, 'visual_ln_text', None),
@@ -148,6 +169,8 @@ class VisualLinguisticBert(nn.Module):
         batch = text_vl.shape[0]
         device = text_vl.device
         text_end = text_mask.sum(1, keepdim=True)
+        if text_mask.shape[1] > self.max_text_tokens and not exporting():  # a padded length that may not fit
+            self._check_text_length(text_end[:, 0])
         object_end = text_end + object_mask.sum(1, keepdim=True)
         longest = text_mask.shape[1] + object_mask.shape[1] if exporting() else int(object_end.max())
         length = longest + 1
@@ -172,6 +195,14 @@ class VisualLinguisticBert(nn.Module):
         embeddings = vl + self.position_embeddings(position_ids) + self.token_type_embeddings(token_type_ids)
         embeddings = self.embedding_dropout(self.embedding_LayerNorm(embeddings))
         return embeddings, pos <= object_end, is_text, is_object
+
+    def _check_text_length(self, lengths):
+        """TextTooLongError when a row's text tokens (long ``[B]``) exceed :attr:`max_text_tokens` (the position
+        embedding would be indexed out of range)."""
+        over = (lengths > self.max_text_tokens).nonzero().flatten().tolist()
+        if over:
+            raise TextTooLongError(over, [int(lengths[r]) for r in over], len(lengths), self.max_text_tokens,
+                                   self.config.max_position_embeddings)
 
     def forward(self, text_input_ids, text_token_type_ids, text_visual_embeddings, text_mask,
                 object_vl_embeddings, object_mask, output_all_encoded_layers=True,
