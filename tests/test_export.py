@@ -119,12 +119,26 @@ def test_vqa_onnx_on_region_features_answers_as_test_py(vqa_run, vqa_test_answer
     assert [i.name for i in model.graph.input] == ["boxes", "im_info", "question"]
     assert dims(model, "boxes") == ["batch", "boxes", 2052] and dims(model, "question") == ["batch", "text"]
     assert dims(model, "label_logits")[1] == len(tiny_vqa.ANSWERS)
+    vlbert = TASK.load_config(cfg_path).NETWORK.VLBERT
+    assert (vlbert.max_position_embeddings, vlbert.position_padding_idx) == (128, -1)  # the tiny run's
+    assert {p.key: json.loads(p.value) for p in model.metadata_props} == {
+        "label_names": tiny_vqa.ANSWERS, "input_names": ["boxes", "im_info", "question"], "max_text_length": 122}
 
     # The test loader's batches (2, 2, 1 questions, padded boxes and questions) through onnxruntime
     cfg = TASK.load_config(cfg_path)
     loader = build_loader(TASK, cfg, "test")
     got = onnx_answers(path, loader, tiny_vqa.ANSWERS)
     assert dict(zip(loader.dataset.question_ids, got)) == vqa_test_answers
+    # max_text_length is the real limit: one word piece more is past the position embeddings
+    session, batch = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]), next(iter(loader))
+    feed = {name: batch.field(name).numpy() for name in ("boxes", "im_info")}
+    for length in (122, 123):
+        feed["question"] = np.full((feed["boxes"].shape[0], length), 5, dtype=np.int64)
+        if length == 122:
+            assert np.isfinite(session.run(None, feed)[0]).all()
+        else:
+            with pytest.raises(Exception, match="indices|out of bounds|index"):
+                session.run(None, feed)
 
 
 def test_vqa_safetensors_handoff_holds_the_checkpoint_and_test_py_reads_it(vqa_run, vqa_test_answers, tmp_path,
