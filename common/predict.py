@@ -53,7 +53,8 @@ from common.safe_write import atomic_write
 from common.task import TASKS
 
 __all__ = ["DEFAULT_GRID", "FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task",
-           "load_feature_extractor", "load_input_image", "read_run_info", "top_predictions", "write_run_info"]
+           "load_feature_extractor", "load_input_image", "read_run_info", "recorded_box_source", "top_predictions",
+           "write_run_info"]
 
 # Boxes of a photo given without boxes when neither the call nor the run folder names a box source.
 DEFAULT_GRID = "4x4"
@@ -181,6 +182,16 @@ def load_feature_extractor(task, cfg, ckpt_path, feature_weights, device):
     feature_cfg = task.load_config(info["cfg"], opts) if info.get("cfg") else _encoder_cfg(cfg)
     model, transform = build_region_extractor(feature_cfg, weights, device, setting="--feature-weights")
     return model, transform, info.get("box_source")
+
+
+def recorded_box_source(record, device):
+    """The :class:`BoxSource` of a run's recorded ``box_source`` arguments (:data:`FEATURE_INFO`). A recorded
+    'file' source lists the training photos only: the photos it does not list get its ``fallback`` (a
+    :data:`DEFAULT_GRID` grid when the record names none), with one warning."""
+    record = dict(record)
+    if record.get("kind") == "file":
+        record.setdefault("fallback", {"kind": "grid", "grid": DEFAULT_GRID})
+    return BoxSource(device=device, **record)
 
 
 def _encoder_cfg(cfg):
@@ -319,7 +330,7 @@ class Predictor:
 
     @classmethod
     def from_checkpoint(cls, cfg_path, ckpt_path, device="cpu", opts=(), feature_weights=None, box_source=None,
-                        task=None):
+                        task=None, cli=False):
         """Load the model of ``ckpt_path`` as the config ``cfg_path`` (and ``opts``) describes it.
 
         Args:
@@ -337,6 +348,7 @@ class Predictor:
                 (:data:`FEATURE_INFO`), else a :data:`DEFAULT_GRID` grid.
             task: a task name or :class:`common.task.Task`; default: the task whose data set the config names
                 (its ``<task>.task`` module must be imported; ``tools/predict.py`` imports them all).
+            cli: the box source's messages name the command line's flags (``--box-source``), not ``box_source=``.
         Raises:
             UserInputError: a missing or unreadable file, a bad config, a checkpoint of another task or
                 model, an answer vocabulary or class list that does not match the checkpoint, a
@@ -371,9 +383,10 @@ class Predictor:
         task.check_checkpoint(cfg, ckpt, ckpt_path)
         try:
             if isinstance(box_source, dict):
-                box_source = BoxSource(device=device, **box_source)
+                box_source = BoxSource(device=device, **dict(box_source, cli=cli))
             task_predictor = task.predictor(cfg, ckpt, ckpt_path, device, feature_weights=feature_weights,
                                             box_source=box_source)
+            task_predictor.box_source.cli = cli
             # Warnings about weights the build leaves random are dropped: the checkpoint sets every weight.
             with held_random_init_warnings(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)

@@ -485,6 +485,64 @@ def test_the_run_folders_feature_record_needs_no_flag(vqa_run, vqa_predictor, tm
     _assert_same_predictions(recorded(questions), vqa_predictor(questions))
 
 
+def test_a_photo_the_recorded_box_files_do_not_list_gets_the_recorded_fallback_with_one_warning(
+        vqa_run, vqa_predictor, tmp_path, capsys):
+    """Issue 39, row i: the run's recorded 'file' source lists the training photos only; a new photo gets the
+    recorded grid (one warning, naming box_source= in Python and --box-source on the command line), where a
+    'file' source the caller gives refuses it naming the same setting."""
+    import shutil
+    import warnings
+
+    import numpy as np
+    from PIL import Image
+
+    from common.predict import FEATURE_INFO
+
+    ckpt = str(tmp_path / "vqa-0000.model")
+    shutil.copy(vqa_run["ckpt"], ckpt)
+    (tmp_path / FEATURE_INFO).write_text(json.dumps({
+        "cfg": VQA_CFG, "opts": FEATURE_OPTS, "weights": vqa_run["weights"],
+        "box_source": {"kind": "file", "box_files": vqa_run["box_files"], "fallback": {"kind": "grid",
+                                                                                        "grid": "2x3"}}}))
+    photos = []
+    for k, (w, h) in enumerate([(50, 40), (36, 60)]):
+        photos.append(str(tmp_path / "new{}.png".format(k)))
+        Image.fromarray(np.random.default_rng(k).integers(0, 256, (h, w, 3), dtype=np.uint8)).save(photos[-1])
+    inputs = [{"image": p, "question": "what is it ?"} for p in photos]
+    recorded = Predictor.from_checkpoint(VQA_CFG, ckpt, opts=vqa_run["opts"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = recorded(inputs + _test_questions(vqa_run)[:1])
+    assert [str(w.message) for w in caught] == [
+        "{}: not in the box file(s) {}, which list the photos the model was trained on; it and every other photo "
+        "they do not list get the recorded boxes for new photos, grid 2x3 (another source: box_source=)".format(
+            photos[0], ", ".join(vqa_run["box_files"]))]
+    grid = Predictor.from_checkpoint(VQA_CFG, ckpt, opts=vqa_run["opts"], box_source={"kind": "grid", "grid": "2x3"})
+    _assert_same_predictions(got[:2], grid(inputs))
+    assert got[0]["boxes"] == grid(inputs[0])[0]["boxes"] and len(got[0]["boxes"]) == 1 + 6
+    _assert_same_predictions(got[2:], vqa_predictor(_test_questions(vqa_run)[:1]))  # a listed photo: its boxes
+
+    # the command line: the same answer, the warning names --box-source
+    code, out, _ = _predict_cli(["--ckpt", ckpt, "--cfg", VQA_CFG, "--image", photos[0], "--question",
+                                 "what is it ?", "--json", str(tmp_path / "cli.json"), "--opts"] + vqa_run["opts"],
+                                capsys)
+    assert code in (0, None)
+    # the command line logs Python warnings (common.logs): one line
+    assert [line.split("(another source: ")[1] for line in out.splitlines() if "box file" in line] == [
+        "--box-source)"]
+    assert json.load(open(tmp_path / "cli.json"))[0]["predictions"] == got[0]["predictions"]
+
+    # a file source given by the caller has no fallback: the photo is refused, naming the interface's setting
+    given = {"kind": "file", "box_files": vqa_run["box_files"]}
+    with pytest.raises(UserInputError, match=r"new0\.png: no boxes for this image in the box file\(s\) .*; give its "
+                       r"boxes or use box_source=\{'kind': 'grid'\}$"):
+        Predictor.from_checkpoint(VQA_CFG, ckpt, opts=vqa_run["opts"], box_source=given)(inputs[0])
+    code, _, err = _predict_cli(["--ckpt", ckpt, "--cfg", VQA_CFG, "--image", photos[0], "--question", "what ?",
+                                 "--box-source", "file", "--box-file"] + vqa_run["box_files"] + ["--opts"]
+                                + vqa_run["opts"], capsys)
+    assert code == 2 and err.splitlines()[0].endswith("give its boxes or use --box-source grid")
+
+
 def test_predict_py_attention_writes_the_maps(vqa_run, tmp_path, capsys):
     import numpy as np
 
