@@ -150,7 +150,8 @@ def test_vqa_safetensors_handoff_holds_the_checkpoint_and_test_py_reads_it(vqa_r
     folder = str(tmp_path / "handoff")
     code, out, err = export(capsys, "--cfg", cfg_path, "--ckpt", ckpt, "--format", "safetensors", "--out", folder)
     assert code == 0, err
-    assert sorted(os.listdir(folder)) == ["answers.txt", "config.yaml", "model.safetensors", "predictor.json"]
+    assert sorted(os.listdir(folder)) == ["answers.txt", "bert", "config.yaml", "model.safetensors", "predictor.json"]
+    assert sorted(os.listdir(os.path.join(folder, "bert"))) == ["bert_config.json", "tokenizer_config.json", "vocab.txt"]
     weights, saved = load_file(os.path.join(folder, "model.safetensors")), torch.load(ckpt, weights_only=True)
     assert sorted(weights) == sorted(saved["state_dict"])
     for key, value in saved["state_dict"].items():
@@ -158,7 +159,11 @@ def test_vqa_safetensors_handoff_holds_the_checkpoint_and_test_py_reads_it(vqa_r
     with open(os.path.join(folder, "answers.txt")) as f:
         assert f.read().split() == tiny_vqa.ANSWERS
     with open(os.path.join(folder, "config.yaml")) as f, open(cfg_path) as g:
-        assert yaml.safe_load(f) == yaml.safe_load(g)
+        written, resolved = yaml.safe_load(f), yaml.safe_load(g)
+    # the run's config, the copied files named relative to the folder, the weight-initialisation files empty
+    resolved["DATASET"]["ANSWER_VOCAB_FILE"], resolved["NETWORK"]["BERT_MODEL_NAME"] = "answers.txt", "bert"
+    resolved["NETWORK"].update(BERT_PRETRAINED="", IMAGE_PRETRAINED="", PARTIAL_PRETRAIN="")
+    assert written == resolved
     # Read back: the answers key points at the folder's copy; test.py takes the folder as --ckpt
     assert handoff_config(folder, TASK).DATASET.ANSWER_VOCAB_FILE == os.path.join(folder, "answers.txt")
     assert _vqa_test(os.path.join(folder, "config.yaml"), folder, tmp_path / "res") == vqa_test_answers

@@ -29,7 +29,7 @@ from common.errors import UserInputError  # noqa: E402
 from common.handoff import CONFIG_FILE, handoff_config, is_handoff, write_handoff  # noqa: E402
 from common.onnx_export import (DEFAULT_OPSET, TOLERANCE, ExportRefused, check_onnx, check_opset,  # noqa: E402
                                 check_packages, export_onnx)
-from common.predict import FEATURE_INFO, RUN_INFO, find_task, read_run_info  # noqa: E402
+from common.predict import RUN_INFO, find_task, read_run_info, write_feature_handoff  # noqa: E402
 from common.task import get_task  # noqa: E402
 
 TASK_PACKAGES = ("vcr", "vqa", "pretrain", "refcoco", "cls")
@@ -112,9 +112,11 @@ def main(argv=None):
     model = load_for_inference(task, cfg, args.ckpt, "cpu")
     if args.format == "safetensors":
         run = args.ckpt if os.path.isdir(args.ckpt) else os.path.dirname(os.path.abspath(args.ckpt))
-        run_files = [os.path.join(run, RUN_INFO), os.path.join(run, FEATURE_INFO)]
-        for path in write_handoff(args.out, task, cfg, model, run_files):
+        features, notes = write_feature_handoff(task, cfg, args.ckpt, args.out)
+        for path in write_handoff(args.out, task, cfg, model, [os.path.join(run, RUN_INFO)]) + features:
             print("wrote {}".format(path))
+        for note in notes:
+            print("note: {}".format(note))
         return 0
     worst = export_checked_onnx(task, cfg, model, args.out, args.opset, run_metadata(args.ckpt))
     print("max |onnx - eager| = {:.3g} (tolerance {:g})".format(worst, TOLERANCE))
