@@ -34,7 +34,7 @@ from common.hooks.summary import RunSummary
 from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
 from common.lr_scheduler import build_lr_scheduler, resume_lr_scheduler, updates_per_epoch
-from common.modeling.module import held_random_init_warnings, warn_random_init
+from common.modeling.module import checkpoint_sets_weights, held_random_init_warnings, warn_random_init
 from common.optim import build_optimizer
 from common.partial_pretrain import load_partial_pretrain
 from common.predict import write_run_info
@@ -118,7 +118,7 @@ def load_for_inference(task, cfg, ckpt_path, device):
         common.errors.UserInputError: ``task.check_checkpoint`` refuses it (another image encoder).
     """
     task.check_config(cfg)
-    with held_random_init_warnings():  # dropped: the checkpoint sets every weight
+    with held_random_init_warnings(), checkpoint_sets_weights():  # dropped, not read: the checkpoint sets them
         model = task.build_model(cfg)
     ckpt = read_handoff(ckpt_path) if is_handoff(ckpt_path) else load_checkpoint_file(ckpt_path)
     task.check_checkpoint(cfg, ckpt, ckpt_path)

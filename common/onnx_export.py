@@ -11,6 +11,7 @@ graph fixed to the traced input (for VL-BERT, one that onnxruntime refuses to lo
 shapes (:func:`common.modeling.module.exporting`).
 """
 import importlib.util
+import json
 import os
 import warnings
 from typing import Callable, Dict, NamedTuple, Sequence, Tuple
@@ -44,12 +45,15 @@ class OnnxGraph(NamedTuple):
         dynamic: input name -> {axis: dimension name} of the axes left free (batch, text length, boxes).
         example: ``example(case)`` -> tuple of input tensors; case 0 is traced, cases 1..3 are the check's
             (different batch sizes and lengths where the graph has them).
+        metadata: how to feed the graph (name -> JSON-able value), written JSON-encoded into the file's
+            ``metadata_props`` with timm's ``pretrained_cfg`` names where they exist (docs/export.md).
     """
     module: torch.nn.Module
     input_names: Sequence[str]
     output_names: Sequence[str]
     dynamic: Dict[str, Dict[int, str]]
     example: Callable[[int], Tuple[torch.Tensor, ...]]
+    metadata: Dict[str, object] = {}
 
 
 class NamedOutputs(torch.nn.Module):
@@ -91,8 +95,10 @@ def check_opset(opset):
     return opset
 
 
-def export_onnx(graph, path, opset=DEFAULT_OPSET):
-    """Write ``graph`` to the ONNX file ``path`` (weights inside the file, written atomically).
+def export_onnx(graph, path, opset=DEFAULT_OPSET, metadata=None):
+    """Write ``graph`` to the ONNX file ``path`` (weights inside the file, written atomically), with
+    ``graph.metadata`` and ``metadata`` (name -> JSON-able value; ``metadata`` wins) as ``metadata_props``, each
+    value JSON-encoded.
 
     Raises:
         UserInputError: ``opset`` below :data:`MIN_OPSET`. OutputWriteError: ``path`` cannot be written.
@@ -110,7 +116,11 @@ def export_onnx(graph, path, opset=DEFAULT_OPSET):
         program = torch.onnx.export(graph.module, graph.example(0), dynamo=True, opset_version=opset,
                                     input_names=list(graph.input_names), output_names=list(graph.output_names),
                                     dynamic_shapes=shapes, external_data=False, verbose=False)
-    data = program.model_proto.SerializeToString()
+    proto = program.model_proto
+    for key, value in dict(graph.metadata, **(metadata or {})).items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = key, json.dumps(value)
+    data = proto.SerializeToString()
     atomic_write(path, lambda f: f.write(data), size_hint=len(data))
     return path
 

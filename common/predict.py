@@ -26,8 +26,8 @@ Files next to the checkpoint (its run folder) that the predictor reads:
   names of a classifier, the answer vocabulary of a VQA model.
 - :data:`FEATURE_INFO` (``feature_extractor.json``): how the precomputed region features a model was trained
   on were made (``{"cfg": ..., "opts": [...], "weights": ..., "box_source": {"kind": ..., ...}}``, paths
-  relative to the working folder), written by ``demo/run_demo_vqa.sh``; ``feature_weights=`` overrides
-  its weights.
+  relative to the working folder, or, in a hand-off folder, to that folder), written by
+  ``demo/run_demo_vqa.sh`` and :func:`write_feature_handoff`; ``feature_weights=`` overrides its weights.
 """
 import contextlib
 import json
@@ -38,23 +38,26 @@ import numpy as np
 import torch
 import yaml
 from PIL import Image
+from safetensors.torch import save as save_safetensors
 
 from common.checkpoint import CheckpointError, load_checkpoint_file, load_model_state_dict
-from common.config import ConfigError
-from common.data.box_sources import BoxSource
+from common.config import ConfigError, dump_config
+from common.data.box_sources import DEFAULT_DETECTOR, BoxSource
 from common.data.collate import BatchCollator, canvas_scales
 from common.data.loading import load_image, to_rgb
 from common.errors import UserInputError
 from common.evaluation import DatasetEvaluator, inference_on_dataset
 from common.handoff import CONFIG_FILE, handoff_config, is_handoff, read_handoff
-from common.modeling.module import held_random_init_warnings
+from common.modeling.module import checkpoint_sets_weights, held_random_init_warnings
 from common.modeling.region_extractor import EXTRACTOR_OPTS, build_region_extractor
 from common.modeling.visual_linguistic_bert import TextTooLongError
+from common.safe_load import load_tensors
 from common.safe_write import atomic_write
 from common.task import TASKS
 
 __all__ = ["DEFAULT_GRID", "FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task",
-           "load_feature_extractor", "load_input_image", "read_run_info", "top_predictions", "write_run_info"]
+           "feature_record", "load_feature_extractor", "load_input_image", "read_run_info", "recorded_box_source", "top_predictions",
+           "write_feature_handoff", "write_run_info"]
 
 # Boxes of a photo given without boxes when neither the call nor the run folder names a box source.
 DEFAULT_GRID = "4x4"
@@ -164,25 +167,130 @@ def _read_yaml(path, what):
         raise UserInputError("{} '{}' is not readable YAML: {}".format(what, path, e)) from None
 
 
+def feature_record(ckpt_path):
+    """The run's :data:`FEATURE_INFO` record of ``ckpt_path`` (``{}`` when there is none), its paths usable from
+    here: a hand-off folder's are relative to the folder, a run folder's to the working folder."""
+    info = read_run_info(ckpt_path, FEATURE_INFO)
+    if not is_handoff(ckpt_path):
+        return info
+
+    def inside(path):
+        return os.path.join(ckpt_path, path) if path and not os.path.isabs(path) else path
+
+    info = dict(info, **{k: inside(info[k]) for k in ("cfg", "weights") if info.get(k)})
+    box = info.get("box_source")
+    if isinstance(box, dict) and box.get("detector_weights"):
+        info["box_source"] = dict(box, detector_weights=inside(box["detector_weights"]))
+    return info
+
+
+def _feature_cfg(task, cfg, info):
+    """The image encoder's config of a feature record: the recorded one, else the model's own
+    (demo/run_demo_vqa.sh passes it to both), with :data:`EXTRACTOR_OPTS` and no IMAGE_PRETRAINED."""
+    opts = list(info.get("opts", [])) + list(EXTRACTOR_OPTS) + ["NETWORK.IMAGE_PRETRAINED", ""]
+    if not info.get("cfg"):
+        return _encoder_cfg(cfg)
+    try:
+        return task.load_config(info["cfg"], opts)
+    except ConfigError as e:
+        raise UserInputError("{} 'cfg' (the config of the image encoder that made the region features): {}".format(
+            FEATURE_INFO, e)) from None
+
+
 def load_feature_extractor(task, cfg, ckpt_path, feature_weights, device):
     """``(encoder, transform, box source record)`` of a precomputed-feature model: the run folder's
-    ``feature_extractor.json`` (``cfg`` and ``opts`` of ``tools/extract_features.py``, its ``weights``, the
-    ``box_source`` arguments), ``feature_weights`` overriding its weights.
+    ``feature_extractor.json`` (:func:`feature_record`: ``cfg`` and ``opts`` of ``tools/extract_features.py``, its
+    ``weights``, the ``box_source`` arguments), ``feature_weights`` overriding its weights.
 
     Raises:
-        UserInputError: no weights known (names ``--feature-weights`` / ``feature_weights=``).
+        UserInputError: no weights known (names ``--feature-weights`` / ``feature_weights=``), an unreadable
+            recorded config (names the record).
     """
-    info = read_run_info(ckpt_path, FEATURE_INFO)
+    info = feature_record(ckpt_path)
     weights = feature_weights or info.get("weights")
     if not weights:
         raise UserInputError("{}: the model reads precomputed region features (NETWORK.IMAGE_FEAT_PRECOMPUTED), so a "
                              "photo needs the image encoder that made them: give --feature-weights FILE "
                              "(feature_weights=; the --weights file of tools/extract_features.py)".format(ckpt_path))
-    opts = list(info.get("opts", [])) + list(EXTRACTOR_OPTS) + ["NETWORK.IMAGE_PRETRAINED", ""]
-    # The encoder's config: the recorded one, else the model's own (demo/run_demo_vqa.sh passes it to both).
-    feature_cfg = task.load_config(info["cfg"], opts) if info.get("cfg") else _encoder_cfg(cfg)
-    model, transform = build_region_extractor(feature_cfg, weights, device, setting="--feature-weights")
+    model, transform = build_region_extractor(_feature_cfg(task, cfg, info), weights, device,
+                                              setting="--feature-weights")
     return model, transform, info.get("box_source")
+
+
+# The image encoder in a hand-off folder (write_feature_handoff).
+ENCODER_WEIGHTS = "image_encoder.safetensors"
+ENCODER_CONFIG = "image_encoder.yaml"
+
+
+def write_feature_handoff(task, cfg, ckpt_path, folder):
+    """Write into the hand-off ``folder`` what the run's feature record (:func:`feature_record`) names: the image
+    encoder's weights (:data:`ENCODER_WEIGHTS`, safetensors; a file that is not a flat state dict is copied as
+    it is), its resolved config (:data:`ENCODER_CONFIG`) and :data:`FEATURE_INFO` naming them relative to the
+    folder. A 'file' box source lists the run's training photos only: the hand-off records its fallback (a
+    :data:`DEFAULT_GRID` grid when it names none) for new photos; a detector's weights are copied.
+
+    Returns:
+        ``(written paths, notes)``: notes are sentences for the user (what became of the box source).
+    Raises:
+        UserInputError: the recorded weights are unreadable. OutputWriteError: a file cannot be written.
+    """
+    info = feature_record(ckpt_path)
+    if not info:
+        return [], []
+    record, paths, notes = {"opts": []}, [], []
+    if info.get("weights"):
+        record["weights"] = _copy_weights(info["weights"], folder, ENCODER_WEIGHTS, paths)
+    paths.append(os.path.join(folder, ENCODER_CONFIG))
+    dump_config(_feature_cfg(task, cfg, info), paths[-1])
+    record["cfg"] = ENCODER_CONFIG
+    box = info.get("box_source")
+    if box and box.get("kind") == "file":
+        fallback = box.get("fallback") or {"kind": "grid", "grid": DEFAULT_GRID}
+        notes.append("the run's box source, the box file(s) {}, lists the photos the model was trained on; the "
+                     "hand-off gives new photos its recorded fallback, {}".format(
+                         ", ".join(box.get("box_files", [])), _describe_record(fallback)))
+        box = fallback
+    if box and box.get("detector_weights"):
+        name = "detector" + os.path.splitext(box["detector_weights"])[1]
+        box = dict(box, detector_weights=_copy_weights(box["detector_weights"], folder, name, paths, convert=False))
+    if box:
+        record["box_source"] = box
+    text = json.dumps(record, indent=1)
+    paths.append(os.path.join(folder, FEATURE_INFO))
+    atomic_write(paths[-1], lambda f: f.write(text), binary=False, size_hint=len(text))
+    return paths, notes
+
+
+def _describe_record(record):
+    """A box source record in words, as :meth:`BoxSource.describe` (without building a detector)."""
+    if record.get("kind") == "grid":
+        return "grid {}".format(record.get("grid", DEFAULT_GRID))
+    return "{} {}".format(record.get("kind"), record.get("detector", DEFAULT_DETECTOR))
+
+
+def _copy_weights(source, folder, name, paths, convert=True):
+    """Copy the weights file ``source`` into ``folder`` as ``name`` (``convert``: a flat state dict as
+    safetensors, else the file as it is, under its own extension); returns the name, appends the path."""
+    state = load_tensors(source, "{} weights".format(FEATURE_INFO)) if convert else None
+    if isinstance(state, dict) and state and all(isinstance(v, torch.Tensor) for v in state.values()):
+        data = save_safetensors({k: v.contiguous() for k, v in state.items()})
+    else:
+        name = os.path.splitext(name)[0] + os.path.splitext(source)[1]
+        with open(source, "rb") as f:
+            data = f.read()
+    paths.append(os.path.join(folder, name))
+    atomic_write(paths[-1], lambda f: f.write(data), size_hint=len(data))
+    return name
+
+
+def recorded_box_source(record, device):
+    """The :class:`BoxSource` of a run's recorded ``box_source`` arguments (:data:`FEATURE_INFO`). A recorded
+    'file' source lists the training photos only: the photos it does not list get its ``fallback`` (a
+    :data:`DEFAULT_GRID` grid when the record names none), with one warning."""
+    record = dict(record)
+    if record.get("kind") == "file":
+        record.setdefault("fallback", {"kind": "grid", "grid": DEFAULT_GRID})
+    return BoxSource(device=device, **record)
 
 
 def _encoder_cfg(cfg):
@@ -321,7 +429,7 @@ class Predictor:
 
     @classmethod
     def from_checkpoint(cls, cfg_path, ckpt_path, device="cpu", opts=(), feature_weights=None, box_source=None,
-                        task=None):
+                        task=None, cli=False):
         """Load the model of ``ckpt_path`` as the config ``cfg_path`` (and ``opts``) describes it.
 
         Args:
@@ -339,6 +447,7 @@ class Predictor:
                 (:data:`FEATURE_INFO`), else a :data:`DEFAULT_GRID` grid.
             task: a task name or :class:`common.task.Task`; default: the task whose data set the config names
                 (its ``<task>.task`` module must be imported; ``tools/predict.py`` imports them all).
+            cli: the box source's messages name the command line's flags (``--box-source``), not ``box_source=``.
         Raises:
             UserInputError: a missing or unreadable file, a bad config, a checkpoint of another task or
                 model, an answer vocabulary or class list that does not match the checkpoint, a
@@ -373,11 +482,12 @@ class Predictor:
         task.check_checkpoint(cfg, ckpt, ckpt_path)
         try:
             if isinstance(box_source, dict):
-                box_source = BoxSource(device=device, **box_source)
+                box_source = BoxSource(device=device, **dict(box_source, cli=cli))
             task_predictor = task.predictor(cfg, ckpt, ckpt_path, device, feature_weights=feature_weights,
                                             box_source=box_source)
+            task_predictor.box_source.cli = cli
             # Warnings about weights the build leaves random are dropped: the checkpoint sets every weight.
-            with held_random_init_warnings(), warnings.catch_warnings():
+            with held_random_init_warnings(), checkpoint_sets_weights(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 model = task.build_model(cfg)
         except FileNotFoundError as e:  # a file the config names (BERT folder, answer file, weights)

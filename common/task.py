@@ -75,13 +75,15 @@ class Task:
         raise NotImplementedError
 
     def load_config(self, path=None, opts=None):
-        """A fresh frozen config: :meth:`defaults`, then the YAML at ``path`` (if any), then ``opts``.
+        """A fresh frozen config: :meth:`defaults`, then the YAML at ``path`` (if any), then ``opts``. The
+        ``config.yaml`` of a hand-off folder names the folder's copies (:func:`common.handoff.handoff_opts`).
 
         Raises:
             common.config.ConfigError: bad file, key or value (names the file, line and key); a
                 value outside :attr:`value_rules`.
         """
-        return build_config(self.defaults, self.value_rules, path, opts)
+        from common.handoff import handoff_opts  # imported late: it pulls in the checkpoint code
+        return build_config(self.defaults, self.value_rules, path, handoff_opts(path) + list(opts or []))
 
     def inputs(self, cfg):
         """The folders and files the config names that training reads, as :class:`Input`; the engine checks

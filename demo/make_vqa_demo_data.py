@@ -20,6 +20,8 @@ Written under ``--out`` (default data/demo_vqa):
     vqa/answers_vqa.txt        <unk> and every answer of the training questions
     train2014/, val2014/, test2015/   COCO_<split>_<image_id:012d>.jpg
     boxes_trainval.json, boxes_test2015.json   image and boxes lists for tools/extract_features.py
+    boxes_val2014.json         the boxes of the val2014 photographs, which are byte-identical copies of train2014
+                               ones (one image id, one feature file): not extracted, read by the predictor
 
 Region features are not written here: ``scripts/run_demo.sh vqa`` extracts them with
 ``tools/extract_features.py`` into ``vgbua_res101_precomputed/`` (DATASET.BOXES '36' folders).
@@ -75,16 +77,17 @@ def spell_out(text, objects):
 
 
 def write_real(out, records, boxes):
-    """Photographs, their questions (all 10 annotators right) and their box lists."""
+    """Photographs, their questions (all 10 annotators right) and their box lists (``boxes``: trainval, test2015,
+    the val2014 copies)."""
     for image_id, (loader, objects, obj_boxes, items) in enumerate(REAL.values(), start=1):
         image = real_image(loader)
         for k, (question, answers, _) in enumerate(items):
             split = SPLITS[k % len(SPLITS)]
             path = image_path(out, split, image_id)
             image.save(path, quality=92)
-            if split != "val2014":  # train2014 and val2014 share one feature folder (and the image id)
-                boxes[split == "test2015"].append({"image_id": image_id, "image": os.path.relpath(path, out),
-                                                   "boxes": obj_boxes})
+            # train2014 and val2014 share one feature folder (and the image id): a val2014 copy is listed apart
+            part = {"train2014": 0, "test2015": 1, "val2014": 2}[split]
+            boxes[part].append({"image_id": image_id, "image": os.path.relpath(path, out), "boxes": obj_boxes})
             right = spell_out(answers[0], objects).rstrip(" .")
             qid = image_id * 100 + k
             records[split].append(({"question_id": qid, "image_id": image_id,
@@ -122,7 +125,7 @@ def make_vqa_demo_data(out, seed=0, sizes=(1000, 200, 60)):
     for folder in ("vqa",) + SPLITS:
         os.makedirs(os.path.join(out, folder), exist_ok=True)
     records = {split: [] for split in SPLITS}
-    boxes = ([], [])  # train2014 + val2014 images, test2015 images
+    boxes = ([], [], [])  # train2014 + val2014 images, test2015 images, the val2014 copies of train2014 photos
     write_real(out, records, boxes)
     image_id = FIRST_SCENE_ID
     for split, n in zip(SPLITS, sizes):
@@ -143,6 +146,7 @@ def make_vqa_demo_data(out, seed=0, sizes=(1000, 200, 60)):
         f.write("\n".join(["<unk>"] + answers) + "\n")
     _dump(os.path.join(out, "boxes_trainval.json"), boxes[0])
     _dump(os.path.join(out, "boxes_test2015.json"), boxes[1])
+    _dump(os.path.join(out, "boxes_val2014.json"), boxes[2])
     return {split: len(items) for split, items in records.items()}
 
 

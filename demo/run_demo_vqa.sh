@@ -43,10 +43,13 @@ fi
 ./scripts/dist_run_single.sh "$NPROC" vqa/train_end2end.py "$CFG" "$MODEL_DIR" "$@"
 
 OUT="$MODEL_DIR/output/vl-bert/vqa/demo_cpu/train2014_train"
-# What made the features, for tools/predict.py on a photo (common/predict.py reads it next to the checkpoint).
+# What made the features, for tools/predict.py on a photo (common/predict.py reads it next to the checkpoint):
+# the demo's photos get their listed boxes, any other photo a 4x4 grid (with one warning).
 cat > "$OUT/feature_extractor.json" <<JSON
 {"cfg": "$CFG", "weights": "$DATA/resnet50-random-0000.model",
- "box_source": {"kind": "file", "box_files": ["$DATA/boxes_trainval.json", "$DATA/boxes_test2015.json"]}}
+ "box_source": {"kind": "file", "box_files": ["$DATA/boxes_trainval.json", "$DATA/boxes_test2015.json",
+                                              "$DATA/boxes_val2014.json"],
+                "fallback": {"kind": "grid", "grid": "4x4"}}}
 JSON
 CKPT="$OUT/vl-bert_demo_vqa-best.model"
 "$PY" vqa/val.py --cfg "$CFG" --ckpt "$CKPT" --result-path "$OUT/val_result" --result-name demo

@@ -129,6 +129,10 @@ def test_vqa_onnx_on_region_features_answers_as_test_py(vqa_run, vqa_test_answer
     assert [i.name for i in model.graph.input] == ["boxes", "im_info", "question"]
     assert dims(model, "boxes") == ["batch", "boxes", 2052] and dims(model, "question") == ["batch", "text"]
     assert dims(model, "label_logits")[1] == len(tiny_vqa.ANSWERS)
+    vlbert = TASK.load_config(cfg_path).NETWORK.VLBERT
+    assert (vlbert.max_position_embeddings, vlbert.position_padding_idx) == (128, -1)  # the tiny run's
+    assert {p.key: json.loads(p.value) for p in model.metadata_props} == {
+        "label_names": tiny_vqa.ANSWERS, "input_names": ["boxes", "im_info", "question"], "max_text_length": 122}
 
     # The test loader's batches (2, 2, 1 questions, padded boxes and questions) through onnxruntime
     cfg = TASK.load_config(cfg_path)
@@ -136,6 +140,16 @@ def test_vqa_onnx_on_region_features_answers_as_test_py(vqa_run, vqa_test_answer
     ids = loader.dataset.question_ids
     assert sorted(ids) == sorted(vqa_test_answers)
     assert_answers_as_test_py(onnx_logits(path, loader), tiny_vqa.ANSWERS, [vqa_test_answers[q] for q in ids])
+    # max_text_length is the real limit: one word piece more is past the position embeddings
+    session, batch = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]), next(iter(loader))
+    feed = {name: batch.field(name).numpy() for name in ("boxes", "im_info")}
+    for length in (122, 123):
+        feed["question"] = np.full((feed["boxes"].shape[0], length), 5, dtype=np.int64)
+        if length == 122:
+            assert np.isfinite(session.run(None, feed)[0]).all()
+        else:
+            with pytest.raises(Exception, match="indices|out of bounds|index"):
+                session.run(None, feed)
 
 
 def test_vqa_safetensors_handoff_holds_the_checkpoint_and_test_py_reads_it(vqa_run, vqa_test_answers, tmp_path,
@@ -147,7 +161,8 @@ def test_vqa_safetensors_handoff_holds_the_checkpoint_and_test_py_reads_it(vqa_r
     folder = str(tmp_path / "handoff")
     code, out, err = export(capsys, "--cfg", cfg_path, "--ckpt", ckpt, "--format", "safetensors", "--out", folder)
     assert code == 0, err
-    assert sorted(os.listdir(folder)) == ["answers.txt", "config.yaml", "model.safetensors", "predictor.json"]
+    assert sorted(os.listdir(folder)) == ["answers.txt", "bert", "config.yaml", "model.safetensors", "predictor.json"]
+    assert sorted(os.listdir(os.path.join(folder, "bert"))) == ["bert_config.json", "tokenizer_config.json", "vocab.txt"]
     weights, saved = load_file(os.path.join(folder, "model.safetensors")), torch.load(ckpt, weights_only=True)
     assert sorted(weights) == sorted(saved["state_dict"])
     for key, value in saved["state_dict"].items():
@@ -155,7 +170,11 @@ def test_vqa_safetensors_handoff_holds_the_checkpoint_and_test_py_reads_it(vqa_r
     with open(os.path.join(folder, "answers.txt")) as f:
         assert f.read().split() == tiny_vqa.ANSWERS
     with open(os.path.join(folder, "config.yaml")) as f, open(cfg_path) as g:
-        assert yaml.safe_load(f) == yaml.safe_load(g)
+        written, resolved = yaml.safe_load(f), yaml.safe_load(g)
+    # the run's config, the copied files named relative to the folder, the weight-initialisation files empty
+    resolved["DATASET"]["ANSWER_VOCAB_FILE"], resolved["NETWORK"]["BERT_MODEL_NAME"] = "answers.txt", "bert"
+    resolved["NETWORK"].update(BERT_PRETRAINED="", IMAGE_PRETRAINED="", PARTIAL_PRETRAIN="")
+    assert written == resolved
     # Read back: the answers key points at the folder's copy; test.py takes the folder as --ckpt
     assert handoff_config(folder, TASK).DATASET.ANSWER_VOCAB_FILE == os.path.join(folder, "answers.txt")
     # exact: test.py on the same fp32 weights, the same computation
@@ -296,3 +315,70 @@ def test_a_truncated_handoff_weights_file_stops_with_one_error_line(cls_run, tmp
     assert code == 2
     assert err.startswith("error: {} is not a readable safetensors file (".format(weights)) and len(
         err.strip().splitlines()) == 1
+
+
+# Channel statistics that differ per channel, so that a BGR/RGB or 0-255/0-1 slip changes the answers.
+CLS_STATS = ["NETWORK.PIXEL_MEANS", "[90.0, 120.0, 150.0]", "NETWORK.PIXEL_STDS", "[50.0, 60.0, 70.0]"]
+# torch made unimportable in a subprocess: this folder goes first on PYTHONPATH.
+TORCH_BLOCKER = '''import sys
+
+
+class _NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is blocked in this test")
+
+
+sys.meta_path.insert(0, _NoTorch())
+'''
+
+
+def doc_consumer():
+    """The ``classify.py`` block of docs/export.md, as the page shows it."""
+    with open(os.path.join(ROOT, "docs", "export.md"), encoding="utf-8") as f:
+        return re.search(r"```python\n(# classify\.py.*?)```", f.read(), re.S).group(1)
+
+
+def test_cls_onnx_metadata_feeds_the_docs_numpy_consumer_as_predict_py_ranks(cls_run, tmp_path, capsys):
+    import subprocess
+    from PIL import Image
+
+    cfg_path, ckpt, _ = cls_run
+    path = str(tmp_path / "cls.onnx")
+    assert export(capsys, "--cfg", cfg_path, "--ckpt", ckpt, "--format", "onnx", "--out", path, "--opts",
+                  *CLS_STATS)[0] == 0
+    meta = {p.key: json.loads(p.value) for p in onnx.load(path).metadata_props}
+    assert meta == {"input_size": [3, 32, 32], "interpolation": "bilinear", "crop_pct": 1.0, "crop_mode": "squash",
+                    "mean": pytest.approx([150 / 255, 120 / 255, 90 / 255]),  # BGR 0-255 -> RGB 0-1
+                    "std": pytest.approx([70 / 255, 60 / 255, 50 / 255]), "label_names": make_cls_demo_data.NAMES}
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    rng = np.random.default_rng(0)
+    for k, (w, h) in enumerate([(40, 30), (17, 61), (100, 100), (33, 32), (320, 24), (9, 9), (64, 48), (31, 77),
+                                (32, 32)]):
+        ramp = np.linspace(0, 255, w * h * 3).reshape(h, w, 3)
+        pixels = np.clip(ramp + rng.normal(0, 40, (h, w, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(str(photos / "p{}.{}".format(k, "jpg" if k % 2 else "png")))
+    assert run_script(os.path.join(ROOT, "tools", "predict.py"),
+                      ["--cfg", cfg_path, "--ckpt", ckpt, "--images", str(photos), "--json", str(tmp_path / "p.json"),
+                       "--opts", *CLS_STATS]) in (0, None)
+    expected = json.loads((tmp_path / "p.json").read_text())
+
+    (tmp_path / "blocker").mkdir()
+    (tmp_path / "blocker" / "sitecustomize.py").write_text(TORCH_BLOCKER)
+    (tmp_path / "classify.py").write_text(doc_consumer())
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "blocker"))
+    blocked = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
+    assert "torch is blocked in this test" in blocked.stderr
+    done = subprocess.run([sys.executable, str(tmp_path / "classify.py"), path] + [r["image"] for r in expected],
+                          env=env, capture_output=True, text=True, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert len(got) == len(expected) == 9
+    for g, e in zip(got, expected):
+        for gp, ep in zip(g["predictions"], e["predictions"]):  # the same ranking, unless two scores near-tie
+            tied = [p["score"] for p in e["predictions"] if p["label"] == gp["label"]]
+            assert gp["label"] == ep["label"] or (tied and abs(tied[0] - ep["score"]) <= 2e-5), e["image"]
+        np.testing.assert_allclose([p["score"] for p in g["predictions"]], [p["score"] for p in e["predictions"]],
+                                   rtol=0, atol=1e-5)

@@ -483,6 +483,64 @@ def test_the_run_folders_feature_record_needs_no_flag(vqa_run, vqa_predictor, tm
     _assert_same_predictions(recorded(questions), vqa_predictor(questions))
 
 
+def test_a_photo_the_recorded_box_files_do_not_list_gets_the_recorded_fallback_with_one_warning(
+        vqa_run, vqa_predictor, tmp_path, capsys):
+    """Issue 39, row i: the run's recorded 'file' source lists the training photos only; a new photo gets the
+    recorded grid (one warning, naming box_source= in Python and --box-source on the command line), where a
+    'file' source the caller gives refuses it naming the same setting."""
+    import shutil
+    import warnings
+
+    import numpy as np
+    from PIL import Image
+
+    from common.predict import FEATURE_INFO
+
+    ckpt = str(tmp_path / "vqa-0000.model")
+    shutil.copy(vqa_run["ckpt"], ckpt)
+    (tmp_path / FEATURE_INFO).write_text(json.dumps({
+        "cfg": VQA_CFG, "opts": FEATURE_OPTS, "weights": vqa_run["weights"],
+        "box_source": {"kind": "file", "box_files": vqa_run["box_files"], "fallback": {"kind": "grid",
+                                                                                        "grid": "2x3"}}}))
+    photos = []
+    for k, (w, h) in enumerate([(50, 40), (36, 60)]):
+        photos.append(str(tmp_path / "new{}.png".format(k)))
+        Image.fromarray(np.random.default_rng(k).integers(0, 256, (h, w, 3), dtype=np.uint8)).save(photos[-1])
+    inputs = [{"image": p, "question": "what is it ?"} for p in photos]
+    recorded = Predictor.from_checkpoint(VQA_CFG, ckpt, opts=vqa_run["opts"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = recorded(inputs + _test_questions(vqa_run)[:1])
+    assert [str(w.message) for w in caught] == [
+        "{}: not in the box file(s) {}, which list the photos the model was trained on; it and every other photo "
+        "they do not list get the recorded boxes for new photos, grid 2x3 (another source: box_source=)".format(
+            photos[0], ", ".join(vqa_run["box_files"]))]
+    grid = Predictor.from_checkpoint(VQA_CFG, ckpt, opts=vqa_run["opts"], box_source={"kind": "grid", "grid": "2x3"})
+    _assert_same_predictions(got[:2], grid(inputs))
+    assert got[0]["boxes"] == grid(inputs[0])[0]["boxes"] and len(got[0]["boxes"]) == 1 + 6
+    _assert_same_predictions(got[2:], vqa_predictor(_test_questions(vqa_run)[:1]))  # a listed photo: its boxes
+
+    # the command line: the same answer, the warning names --box-source
+    code, out, _ = _predict_cli(["--ckpt", ckpt, "--cfg", VQA_CFG, "--image", photos[0], "--question",
+                                 "what is it ?", "--json", str(tmp_path / "cli.json"), "--opts"] + vqa_run["opts"],
+                                capsys)
+    assert code in (0, None)
+    # the command line logs Python warnings (common.logs): one line
+    assert [line.split("(another source: ")[1] for line in out.splitlines() if "box file" in line] == [
+        "--box-source)"]
+    assert json.load(open(tmp_path / "cli.json"))[0]["predictions"] == got[0]["predictions"]
+
+    # a file source given by the caller has no fallback: the photo is refused, naming the interface's setting
+    given = {"kind": "file", "box_files": vqa_run["box_files"]}
+    with pytest.raises(UserInputError, match=r"new0\.png: no boxes for this image in the box file\(s\) .*; give its "
+                       r"boxes or use box_source=\{'kind': 'grid'\}$"):
+        Predictor.from_checkpoint(VQA_CFG, ckpt, opts=vqa_run["opts"], box_source=given)(inputs[0])
+    code, _, err = _predict_cli(["--ckpt", ckpt, "--cfg", VQA_CFG, "--image", photos[0], "--question", "what ?",
+                                 "--box-source", "file", "--box-file"] + vqa_run["box_files"] + ["--opts"]
+                                + vqa_run["opts"], capsys)
+    assert code == 2 and err.splitlines()[0].endswith("give its boxes or use --box-source grid")
+
+
 def test_predict_py_attention_writes_the_maps(vqa_run, tmp_path, capsys):
     import numpy as np
 
@@ -627,3 +685,170 @@ def test_vcr_through_predict_py_attention_and_a_long_question(vcr_run, tmp_path,
         answered, = json.load(open(out / "long.json"))
         key = "predictions" if task == "Q2A" else "rationale_predictions"
         assert sum(p["score"] for p in answered[key]) == pytest.approx(1.0, abs=1e-5)
+
+
+# Issue 39 §1: a hand-off folder travels. tools/predict.py runs from another working folder in a subprocess whose
+# audit hook refuses to open anything under the FORBIDDEN roots (the run, its data, the BERT folder, cfgs/).
+OPEN_GUARD = '''import os
+import sys
+
+_ROOTS = [os.path.realpath(p) for p in os.environ["HANDOFF_FORBIDDEN"].split(os.pathsep) if p]
+
+
+def _guard(event, args):
+    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        path = os.path.realpath(os.fsdecode(args[0]))
+        if any(path == r or path.startswith(r + os.sep) for r in _ROOTS):
+            raise PermissionError("this test forbids reading " + path)
+
+
+sys.addaudithook(_guard)
+'''
+
+
+def _assert_close(got, expected, where="", tol=1e-6):
+    """JSON-like values equal, floats within ``tol``."""
+    if isinstance(expected, dict):
+        assert isinstance(got, dict) and sorted(got) == sorted(expected), where
+        for k in expected:
+            _assert_close(got[k], expected[k], "{}.{}".format(where, k), tol)
+    elif isinstance(expected, list):
+        assert isinstance(got, list) and len(got) == len(expected), where
+        for i, (g, e) in enumerate(zip(got, expected)):
+            _assert_close(g, e, "{}[{}]".format(where, i), tol)
+    elif isinstance(expected, float):
+        assert abs(got - expected) <= tol, (where, got, expected)
+    else:
+        assert got == expected, (where, got, expected)
+
+
+def _assert_handoff_travels(tmp_path, capsys, monkeypatch, cfg, ckpt, opts, inputs, forbidden, topk=5):
+    """Export ``ckpt`` with tools/export.py, move the folder elsewhere, delete the export, and check that
+    ``Predictor.from_checkpoint(folder)`` (working folder elsewhere) and tools/predict.py (no --cfg / --opts /
+    --feature-weights, a subprocess that may not open anything under ``forbidden``) answer ``inputs`` (images
+    under tmp_path/photos) as the checkpoint does, within 1e-6. Returns the export's stdout."""
+    import shutil
+    import subprocess
+    import sys
+
+    expected = Predictor.from_checkpoint(cfg, ckpt, opts=opts)(inputs, topk=topk)
+    capsys.readouterr()
+    assert run_script(os.path.join(ROOT, "tools", "export.py"), [
+        "--cfg", cfg, "--ckpt", ckpt, "--format", "safetensors", "--out", str(tmp_path / "export" / "model"),
+        "--opts"] + list(opts)) in (0, None)
+    exported = capsys.readouterr().out
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(tmp_path / "export" / "model", elsewhere / "moved")
+    shutil.rmtree(tmp_path / "export")
+    monkeypatch.chdir(elsewhere)
+    for got, want in zip(Predictor.from_checkpoint(None, "moved")(inputs, topk=topk), expected):
+        _assert_close(got, want)
+
+    photos = tmp_path / "photos"
+    listed = [dict(inp, image=os.path.relpath(inp["image"], photos)) for inp in inputs]
+    (elsewhere / "inputs.json").write_text(json.dumps(listed))
+    (tmp_path / "guard").mkdir()
+    (tmp_path / "guard" / "sitecustomize.py").write_text(OPEN_GUARD)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "guard"), OMP_NUM_THREADS="1",
+               HANDOFF_FORBIDDEN=os.pathsep.join(str(p) for p in forbidden + [os.path.join(ROOT, "cfgs")]))
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "predict.py"), "--ckpt", "moved", "--images",
+                           str(photos), "--questions", "inputs.json", "--topk", str(topk), "--json", "out.json"],
+                          cwd=str(elsewhere), env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for got, want in zip(json.load(open(elsewhere / "out.json")), expected):
+        _assert_close(dict(got, image=None), dict(want, image=None))
+    # the guard works: the original checkpoint cannot be read under it
+    refused = subprocess.run([sys.executable, "-c", "open({!r}, 'rb')".format(ckpt)], env=env, capture_output=True,
+                             text=True)
+    assert "this test forbids reading" in refused.stderr
+    return exported
+
+
+def _photos(tmp_path, sizes):
+    import numpy as np
+    from PIL import Image
+
+    (tmp_path / "photos").mkdir(exist_ok=True)
+    paths = []
+    for k, (w, h) in enumerate(sizes):
+        paths.append(str(tmp_path / "photos" / "own{}.png".format(k)))
+        Image.fromarray(np.random.default_rng(k).integers(0, 256, (h, w, 3), dtype=np.uint8)).save(paths[-1])
+    return paths
+
+
+def _copy_photo(tmp_path, path):
+    import shutil
+
+    (tmp_path / "photos").mkdir(exist_ok=True)
+    return shutil.copy(path, str(tmp_path / "photos"))
+
+
+def _bert_folder(cfg_path, opts, task):
+    from common.task import get_task
+    return get_task(task).load_config(cfg_path, opts).NETWORK.BERT_MODEL_NAME
+
+
+def test_the_vqa_handoff_of_a_precomputed_feature_model_travels(vqa_run, tmp_path, capsys, monkeypatch):
+    """The image encoder, its config, the BERT vocabulary and the box source travel in the folder; the run's
+    'file' box source, which lists its training photos, becomes its recorded grid, and the export says so."""
+    import shutil
+
+    from common.predict import FEATURE_INFO, RUN_INFO
+
+    run = tmp_path / "run"
+    run.mkdir()
+    ckpt = shutil.copy(vqa_run["ckpt"], str(run))
+    shutil.copy(os.path.join(os.path.dirname(vqa_run["ckpt"]), RUN_INFO), str(run))
+    (run / FEATURE_INFO).write_text(json.dumps({
+        "cfg": VQA_CFG, "opts": FEATURE_OPTS, "weights": vqa_run["weights"],
+        "box_source": {"kind": "file", "box_files": vqa_run["box_files"], "fallback": {"kind": "grid",
+                                                                                        "grid": "2x3"}}}))
+    inputs = [{"image": p, "question": q} for p, q in zip(_photos(tmp_path, [(50, 40), (36, 60), (64, 64)]),
+                                                          ["what is it ?", "what color is the shape ?", "how many ?"])]
+    out = _assert_handoff_travels(tmp_path, capsys, monkeypatch, VQA_CFG, ckpt, vqa_run["opts"], inputs,
+                                  [str(vqa_run["root"]), str(run), _bert_folder(VQA_CFG, vqa_run["opts"], "vqa")])
+    assert "note: the run's box source, the box file(s) {}, lists the photos the model was trained on; the hand-off " \
+           "gives new photos its recorded fallback, grid 2x3".format(", ".join(vqa_run["box_files"])) in out
+    record = json.load(open(tmp_path / "elsewhere" / "moved" / FEATURE_INFO))
+    assert record == {"opts": [], "weights": "image_encoder.safetensors", "cfg": "image_encoder.yaml",
+                      "box_source": {"kind": "grid", "grid": "2x3"}}
+
+
+def test_the_cls_handoff_travels(cls_run, tmp_path, capsys, monkeypatch):
+    inputs = [{"image": p} for p in _photos(tmp_path, [(40, 30), (17, 61), (100, 100)])]
+    _assert_handoff_travels(tmp_path, capsys, monkeypatch, cls_run["cfg"], cls_run["ckpt"], cls_run["opts"], inputs,
+                            [cls_run["data"], os.path.dirname(cls_run["ckpt"])])
+
+
+def test_the_vcr_handoff_travels(vcr_run, tmp_path, capsys, monkeypatch):
+    inputs = [dict(inp, image=_copy_photo(tmp_path, inp["image"])) for inp in vcr_run["inputs"][:2]]
+    data = vcr_run["opts"][vcr_run["opts"].index("DATASET.DATASET_PATH") + 1]
+    _assert_handoff_travels(tmp_path, capsys, monkeypatch, vcr_run["cfg"], vcr_run["ckpt"], vcr_run["opts"], inputs,
+                            [data, os.path.dirname(vcr_run["ckpt"]),
+                             _bert_folder(vcr_run["cfg"], vcr_run["opts"], "vcr")])
+
+
+def test_the_refcoco_handoff_travels(refcoco_run, tmp_path, capsys, monkeypatch):
+    predictor = Predictor.from_checkpoint(refcoco_run["cfg"], refcoco_run["ckpt"], opts=refcoco_run["opts"])
+    dataset = make_dataloader(predictor.cfg, "test").dataset
+    inputs = [{"image": _copy_photo(tmp_path, item["image_fn"]), "expression": " ".join(item["tokens"]),
+               "boxes": dataset.candidate_boxes(i).tolist()} for i, item in enumerate(dataset.items)]
+    _assert_handoff_travels(tmp_path, capsys, monkeypatch, refcoco_run["cfg"], refcoco_run["ckpt"],
+                            refcoco_run["opts"], inputs,
+                            [os.path.dirname(refcoco_run["ckpt"]), predictor.cfg.DATASET.DATASET_PATH,
+                             predictor.cfg.NETWORK.BERT_MODEL_NAME])
+
+
+def test_the_pretraining_handoff_travels(tiny_pretrain, tmp_path, capsys, monkeypatch):
+    from pretrain.task import TASK
+    from tests import tiny_pretrain as tp
+    from tests.test_eval_outputs import _checkpoint
+
+    name = "demo_e2e_cpu.yaml"
+    opts = tp.opts(name, tiny_pretrain)
+    cfg = TASK.load_config(tp.cfg_path(name), opts)
+    (tmp_path / "run").mkdir()
+    ckpt = _checkpoint(TASK, cfg, tmp_path / "run" / "pretrain-0000.model")
+    inputs = [{"image": p, "caption": "a [MASK] on a [MASK] ."} for p in _photos(tmp_path, [(48, 40), (30, 50)])]
+    _assert_handoff_travels(tmp_path, capsys, monkeypatch, tp.cfg_path(name), ckpt, opts, inputs,
+                            [str(tmp_path / "run"), str(tiny_pretrain), cfg.NETWORK.BERT_MODEL_NAME], topk=3)

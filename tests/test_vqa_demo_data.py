@@ -86,3 +86,35 @@ def test_every_image_is_listed_once_for_the_extractor(out):
         entries = json.load(open(os.path.join(out, "boxes_{}.json".format(part))))
         ids = [e["image_id"] for e in entries]
         assert len(ids) == len(set(ids)) and all(os.path.isfile(os.path.join(out, e["image"])) for e in entries)
+
+
+def test_every_photo_of_every_split_has_its_boxes_in_the_demos_recorded_box_source(out):
+    """The box source demo/run_demo_vqa.sh records next to the checkpoint (its feature_extractor.json) lists
+    every photo of the three splits, the val2014 copies of train2014 photographs too (issue 39, row g): none
+    falls back to the grid."""
+    import re
+    import warnings
+
+    from common.predict import recorded_box_source
+
+    with open(os.path.join(ROOT, "demo", "run_demo_vqa.sh")) as f:
+        record = json.loads(re.search(r'feature_extractor.json" <<JSON\n(.*?)\nJSON', f.read(), re.S).group(1)
+                            .replace("$DATA", out).replace("$CFG", "cfgs/vqa/demo_cpu.yaml"))
+    source = recorded_box_source(record["box_source"], "cpu")
+    assert source.fallback.describe() == "grid 4x4"
+    trainval = {e["image_id"]: e for e in json.load(open(os.path.join(out, "boxes_trainval.json")))}
+    copies = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback would warn
+        for split in ("train2014", "val2014", "test2015"):
+            for name in sorted(os.listdir(os.path.join(out, split))):
+                path = os.path.join(out, split, name)
+                boxes = source(Image.open(path), path)
+                assert boxes.shape[0] >= 1 and boxes.shape[1] == 4
+                image_id = int(name.rsplit("_", 1)[1].split(".")[0])
+                if split == "val2014" and image_id < 1000:  # a copy: the train photo's bytes and boxes
+                    train = os.path.join(out, trainval[image_id]["image"])
+                    assert open(path, "rb").read() == open(train, "rb").read()
+                    assert boxes.tolist() == trainval[image_id]["boxes"]
+                    copies += 1
+    assert copies == 11

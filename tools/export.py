@@ -8,7 +8,8 @@
 predictor files (``predictor.json``: class names or answers) and the task's copies of files its config names
 (VQA: ``answers.txt``) (:mod:`common.handoff`). ``onnx`` writes the task's graph
 (:meth:`common.task.Task.onnx_graph`; the cls and vqa tasks), then runs it with onnxruntime on 3 inputs of other
-batch sizes and lengths and prints ``max |onnx - eager| = X``; the exit code is 1 when X exceeds 1e-4. A task
+batch sizes and lengths and prints ``max |onnx - eager| = X``; the file's ``metadata_props`` say how to feed it
+(timm's ``pretrained_cfg`` names, values JSON-encoded: docs/export.md); the exit code is 1 when X exceeds 1e-4. A task
 without a graph is refused by name with the reason (exit 2). Everything runs on the CPU in fp32. The task is the
 one whose data set the config's ``DATASET.DATASET`` names (``--task`` to choose it).
 """
@@ -28,7 +29,7 @@ from common.errors import UserInputError  # noqa: E402
 from common.handoff import CONFIG_FILE, handoff_config, is_handoff, write_handoff  # noqa: E402
 from common.onnx_export import (DEFAULT_OPSET, TOLERANCE, ExportRefused, check_onnx, check_opset,  # noqa: E402
                                 check_packages, export_onnx)
-from common.predict import FEATURE_INFO, RUN_INFO, find_task  # noqa: E402
+from common.predict import RUN_INFO, find_task, read_run_info, write_feature_handoff  # noqa: E402
 from common.task import get_task  # noqa: E402
 
 TASK_PACKAGES = ("vcr", "vqa", "pretrain", "refcoco", "cls")
@@ -77,11 +78,17 @@ def load_config(args):
     return task, task.load_config(args.cfg, args.opts)
 
 
-def export_checked_onnx(task, cfg, model, path, opset):
-    """Write the ONNX file and compare it with ``model``; prints one line per checked input and the maximum.
-    Returns the maximum difference."""
+def run_metadata(ckpt):
+    """ONNX metadata from the checkpoint's run folder: ``label_names``, the class names of a classifier."""
+    classes = read_run_info(ckpt).get("classes")
+    return {"label_names": [str(c) for c in classes]} if classes is not None else {}
+
+
+def export_checked_onnx(task, cfg, model, path, opset, metadata=None):
+    """Write the ONNX file (with the graph's ``metadata`` and ``metadata``) and compare it with ``model``; prints
+    one line per checked input and the maximum. Returns the maximum difference."""
     graph = task.onnx_graph(cfg, model)
-    export_onnx(graph, path, opset)
+    export_onnx(graph, path, opset, metadata)
     print("wrote {} (opset {}; inputs {}; outputs {})".format(path, opset, ", ".join(graph.input_names),
                                                               ", ".join(graph.output_names)))
     results = check_onnx(graph, path)
@@ -105,11 +112,13 @@ def main(argv=None):
     model = load_for_inference(task, cfg, args.ckpt, "cpu")
     if args.format == "safetensors":
         run = args.ckpt if os.path.isdir(args.ckpt) else os.path.dirname(os.path.abspath(args.ckpt))
-        run_files = [os.path.join(run, RUN_INFO), os.path.join(run, FEATURE_INFO)]
-        for path in write_handoff(args.out, task, cfg, model, run_files):
+        features, notes = write_feature_handoff(task, cfg, args.ckpt, args.out)
+        for path in write_handoff(args.out, task, cfg, model, [os.path.join(run, RUN_INFO)]) + features:
             print("wrote {}".format(path))
+        for note in notes:
+            print("note: {}".format(note))
         return 0
-    worst = export_checked_onnx(task, cfg, model, args.out, args.opset)
+    worst = export_checked_onnx(task, cfg, model, args.out, args.opset, run_metadata(args.ckpt))
     print("max |onnx - eager| = {:.3g} (tolerance {:g})".format(worst, TOLERANCE))
     if worst > TOLERANCE:
         print("error: the ONNX graph differs from the eager model by more than {:g}".format(TOLERANCE),

@@ -135,7 +135,7 @@ def box_source(args):
     if args.box_source is None:
         return None
     return BoxSource(args.box_source, grid=args.grid, box_files=args.box_file, detector=args.detector,
-                     detector_weights=args.detector_weights, device=args.device)
+                     detector_weights=args.detector_weights, device=args.device, cli=True)
 
 
 def _label(p):
@@ -184,7 +184,7 @@ def main(argv=None):
     inputs = read_inputs(args)
     predictor = Predictor.from_checkpoint(args.cfg, args.ckpt, device=args.device, opts=args.opts,
                                           feature_weights=args.feature_weights, box_source=box_source(args),
-                                          task=args.task)
+                                          task=args.task, cli=True)
     results = []
     chunks = range(0, len(inputs), args.batch_size)
     for start in tqdm(chunks, desc="predict", unit="batch", disable=len(chunks) < 2):

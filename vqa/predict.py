@@ -10,13 +10,13 @@ import re
 import numpy as np
 import torch
 
-from common.data.box_sources import BoxSource
 from common.data.region_features import RegionFeatures
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import build_transforms
 from common.errors import UserInputError
 from common.modeling.region_extractor import extract_regions
-from common.predict import TaskPredictor, load_feature_extractor, read_run_info, top_predictions
+from common.predict import (TaskPredictor, load_feature_extractor, read_run_info, recorded_box_source,
+                            top_predictions)
 from vqa.data.answers import AnswerVocab
 from vqa.data.vqa import VQADataset, VQAItems
 
@@ -68,7 +68,7 @@ class VQAPredictor(TaskPredictor):
             self.extractor, self.extractor_transform, recorded = load_feature_extractor(task, cfg, ckpt_path,
                                                                                   feature_weights, device)
         if box_source is None and recorded:  # the box source of the training features
-            self.box_source = BoxSource(device=device, **recorded)
+            self.box_source = recorded_box_source(recorded, device)
 
     @property
     def data_names(self):

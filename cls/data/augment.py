@@ -57,6 +57,7 @@ class Augment:
 
     def __init__(self, geometric, mean, std, erasing=None, epochs=1):
         self.geometric = geometric
+        self.mean, self.std = list(mean), list(std)
         self.to_tensor = T.Compose([T.ToTensor(), T.Normalize(mean, std)])
         self.erasing = erasing
         self.epochs = epochs

@@ -9,6 +9,7 @@ py-faster-rcnn's ``TEST.NMS`` default, 0.3.
 """
 import os
 import re
+import warnings
 
 import torch
 import torchvision
@@ -222,34 +223,49 @@ class BoxSource:
             ``detector_weights``) or 'file' (the entries of the boxes files ``box_files``, found by their
             ``image`` path, or its file name, as ``name`` gives it).
         device: the detector's torch device.
+        fallback: kind 'file': the box source (a :class:`BoxSource` or a dict of its arguments, a 'grid' or
+            'detector' one) of the images the files do not list, with one warning per source; None: such an
+            image is refused. A run's recorded file source (``feature_extractor.json``) lists its training
+            photos only; its fallback is how a new photo gets boxes.
+        cli: the messages name the command line's ``--box-source`` (True) or the Python ``box_source=``.
         detector_kwargs: further :class:`DetectorBoxes` arguments (sizes, selection).
     Raises:
-        UserInputError: an unknown kind, a bad grid, a detector without weights, a file source without files;
-            on call: an image the boxes files do not list (names the files and the image).
+        UserInputError: an unknown kind, a bad grid, a detector without weights, a file source without files,
+            a fallback of kind 'file'; on call without a fallback: an image the boxes files do not list (names
+            the files, the image and the setting to change).
     """
 
     def __init__(self, kind, grid="4x4", box_files=(), detector=DEFAULT_DETECTOR, detector_weights=None,
-                 device="cpu", **detector_kwargs):
+                 device="cpu", fallback=None, cli=False, **detector_kwargs):
+        self.cli = cli
         if kind not in BOX_SOURCES:
-            raise UserInputError("--box-source: expected one of {}, got {!r}".format(", ".join(BOX_SOURCES), kind))
+            raise UserInputError("{}: expected one of {}, got {!r}".format(
+                "--box-source" if cli else "box_source kind", ", ".join(BOX_SOURCES), kind))
         self.kind = kind
-        self.grid = parse_grid(grid) if kind == "grid" else None
+        self.grid = parse_grid(grid, "--grid" if cli else "box_source grid") if kind == "grid" else None
         self.detector = None
         if kind == "detector":
             if not detector_weights:
-                raise UserInputError("--box-source detector needs --detector-weights FILE (nothing is downloaded; "
-                                     "see data/PREPARE_DATA.md, 'Features for your own images')")
+                raise UserInputError("{} needs {} (nothing is downloaded; see data/PREPARE_DATA.md, 'Features for "
+                                     "your own images')".format(self.setting("detector"), self._arg("detector_weights")))
             self.detector = DetectorBoxes(detector, detector_weights, device, **detector_kwargs)
         self.box_files = [box_files] if isinstance(box_files, str) else list(box_files)
         self.boxes = {}
         if kind == "file":
             if not self.box_files:
-                raise UserInputError("--box-source file needs --box-file FILE (a JSON list of "
-                                     "{\"image_id\", \"image\", \"boxes\"})")
+                raise UserInputError("{} needs {} (a JSON list of {{\"image_id\", \"image\", \"boxes\"}})".format(
+                    self.setting("file"), self._arg("box_files")))
             for path in self.box_files:
                 for entry in read_box_list(path):
                     self.boxes.setdefault(_norm(entry["image"]), entry["boxes"])
                     self.boxes.setdefault(_norm(entry["image"]).rsplit("/", 1)[-1], entry["boxes"])
+        if isinstance(fallback, dict):
+            fallback = BoxSource(device=device, **fallback)
+        if fallback is not None and (kind != "file" or fallback.kind == "file"):
+            raise UserInputError("box source fallback: only a 'file' source takes one, and it is a 'grid' or "
+                                 "'detector' source; got {} for {}".format(fallback.kind, kind))
+        self.fallback = fallback
+        self.warned = False
 
     def __call__(self, image, name="image"):
         if self.kind == "grid":
@@ -260,9 +276,27 @@ class BoxSource:
         for candidate in (key, key.rsplit("/", 1)[-1]):
             if candidate in self.boxes:
                 return self.boxes[candidate].clone()
-        raise UserInputError("{}: no boxes for this image in --box-file {} (entries are found by their 'image' "
-                             "path or file name); give its boxes or use --box-source grid".format(
-                                 name, ", ".join(self.box_files)))
+        if self.fallback is None:
+            raise UserInputError("{}: no boxes for this image in the box file(s) {} (entries are found by their "
+                                 "'image' path or file name); give its boxes or use {}".format(
+                                     name, ", ".join(self.box_files), self.setting("grid")))
+        if not self.warned:
+            self.warned = True
+            warnings.warn("{}: not in the box file(s) {}, which list the photos the model was trained on; it and "
+                          "every other photo they do not list get the recorded boxes for new photos, {} (another "
+                          "source: {})".format(name, ", ".join(self.box_files), self.fallback.describe(),
+                                               "--box-source" if self.cli else "box_source="), stacklevel=2)
+        return self.fallback(image, name)
+
+    def setting(self, kind):
+        """How the interface in use (:attr:`cli`) chooses a source of ``kind``: ``--box-source grid`` or
+        ``box_source={'kind': 'grid'}``."""
+        return "--box-source {}".format(kind) if self.cli else "box_source={{'kind': '{}'}}".format(kind)
+
+    def _arg(self, name):
+        """``detector_weights`` -> ``--detector-weights FILE`` (command line) or ``'detector_weights'`` (Python)."""
+        flag = {"box_files": "--box-file"}.get(name, "--" + name.replace("_", "-"))
+        return "{} FILE".format(flag) if self.cli else "'{}'".format(name)
 
     def describe(self):
         """The source in words, for outputs and logs: ``'grid 4x4'``, ``'detector <name>'``, ``'file <paths>'``."""
@@ -270,7 +304,8 @@ class BoxSource:
             return "grid {}x{}".format(*self.grid)
         if self.kind == "detector":
             return "detector {}".format(type(self.detector.model).__name__)
-        return "file {}".format(", ".join(self.box_files))
+        fallback = ", else {}".format(self.fallback.describe()) if self.fallback is not None else ""
+        return "file {}{}".format(", ".join(self.box_files), fallback)
 
 
 def _norm(path):

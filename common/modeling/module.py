@@ -20,6 +20,28 @@ class RandomInitWarning(UserWarning):
         self.module = module
 
 
+# Set inside checkpoint_sets_weights().
+_SKIP_PRETRAINED = []
+
+
+@contextlib.contextmanager
+def checkpoint_sets_weights():
+    """Inside: a model build reads no pretrained language weights (the ``NETWORK.BERT_MODEL_NAME`` folder's,
+    ``NETWORK.BERT_PRETRAINED``), which a checkpoint's state dict, loaded strictly right after, replaces: a
+    hand-off folder (:mod:`common.handoff`) carries the BERT folder's vocabulary and config, not its weights.
+    The folder's config is still checked against ``NETWORK.VLBERT``."""
+    _SKIP_PRETRAINED.append(True)
+    try:
+        yield
+    finally:
+        _SKIP_PRETRAINED.pop()
+
+
+def pretrained_weights_skipped():
+    """Whether the build runs inside :func:`checkpoint_sets_weights`."""
+    return bool(_SKIP_PRETRAINED)
+
+
 @contextlib.contextmanager
 def held_random_init_warnings():
     """Hold back the :class:`RandomInitWarning` s raised inside; every other warning is passed on.

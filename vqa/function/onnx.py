@@ -2,6 +2,7 @@
 import torch
 
 from common.onnx_export import NamedOutputs, OnnxGraph
+from vqa.data.answers import AnswerVocab
 
 # (batch, boxes, question length, image width, image height) of each example case: case 0 is traced, 1..3 are
 # checked.
@@ -10,6 +11,9 @@ CASES = ((2, 4, 6, 64, 48), (1, 3, 4, 48, 64), (3, 5, 9, 80, 56), (4, 7, 13, 72,
 VIT_REFUSAL = ("the ViT image encoder (NETWORK.IMAGE_ENCODER 'vit') on pixels groups the images by size in a Python "
                "loop, which torch.export cannot trace; region features (NETWORK.IMAGE_FEAT_PRECOMPUTED) or the "
                "ResNet encoder export")
+# Positions of the sequence besides the question's word pieces: [CLS], [SEP], [MASK], [SEP], the regions' shared
+# position and [END] (common.modeling.visual_linguistic_bert).
+OTHER_POSITIONS = 6
 # Padded box rows hold this value (vqa.modules.resnet_vlbert_for_vqa.box_mask reads rows above -1.5 as boxes).
 BOX_PAD = -2.0
 
@@ -43,6 +47,8 @@ def vqa_onnx_graph(cfg, model):
     hold it (width, height, x scale, y scale, index; the graph reads the first two, which clip the boxes) and
     ``question`` int64 ``[batch, text]`` (WordPiece ids of ``NETWORK.BERT_MODEL_NAME``'s vocab.txt, 0 after the
     end). Output ``label_logits`` float32 ``[batch, DATASET.ANSWER_VOCAB_SIZE]`` in the answer file's order.
+    Metadata: ``label_names`` (the answers, in the logits' order), ``input_names`` and ``max_text_length``
+    (:func:`max_text_length`).
     """
     net = cfg.NETWORK
     pixels = not net.IMAGE_FEAT_PRECOMPUTED
@@ -52,5 +58,14 @@ def vqa_onnx_graph(cfg, model):
     if pixels:
         dynamic["image"] = {0: "batch", 2: "height", 3: "width"}
     module = NamedOutputs(model, ["label_logits"], fixed=None if pixels else {0: None})
+    metadata = {"label_names": list(AnswerVocab.from_file(cfg.DATASET.ANSWER_VOCAB_FILE).answers),
+                "input_names": names, "max_text_length": max_text_length(net.VLBERT)}
     return OnnxGraph(module, names, ["label_logits"], dynamic,
-                     lambda case: _example(case, feat_dim, net.VLBERT.vocab_size, pixels))
+                     lambda case: _example(case, feat_dim, net.VLBERT.vocab_size, pixels), metadata)
+
+
+def max_text_length(vlbert):
+    """The most word pieces a ``question`` row may hold: the largest position id, the [END]'s, is
+    ``length + OTHER_POSITIONS - 1 + position_padding_idx + 1`` and must be below ``max_position_embeddings``
+    (``NETWORK.VLBERT``)."""
+    return vlbert.max_position_embeddings - OTHER_POSITIONS - vlbert.position_padding_idx - 1

@@ -17,7 +17,7 @@ import warnings
 
 from common.errors import UserInputError
 from common.logs import get_logger
-from common.modeling.module import RandomInitWarning
+from common.modeling.module import RandomInitWarning, pretrained_weights_skipped
 from common.safe_load import load_tensors
 
 logger = get_logger(__name__)
@@ -145,6 +145,11 @@ def language_pretrained_weights(network_config):
     Raises:
         FileNotFoundError: a named file or folder does not exist; ValueError: unreadable or mismatched files.
     """
+    if pretrained_weights_skipped():  # a checkpoint replaces them (common.modeling.module.checkpoint_sets_weights)
+        if network_config.BERT_MODEL_NAME != '':
+            path = _first_existing(network_config.BERT_MODEL_NAME, CONFIG_FILES, 'config')
+            check_bert_config(read_bert_config(path), network_config.VLBERT, path)
+        return None, None
     if network_config.BERT_PRETRAINED != '':
         path = '{}-{:04d}.model'.format(network_config.BERT_PRETRAINED, network_config.BERT_PRETRAINED_EPOCH)
         if not os.path.isfile(path):
