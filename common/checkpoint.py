@@ -26,6 +26,7 @@ import torch
 import yaml
 
 from common import distributed as cdist
+from common.parallel.fsdp import gather_full, is_sharded, shard_like, shard_optimizer_state
 from common.rng import rng_state, set_rng_state
 from common.safe_load import UnreadableFileError, load_tensors
 from common.safe_write import OutputWriteError, atomic_write
@@ -135,9 +136,10 @@ def unwrap_model(model):
 
 
 def model_state_fp32(model):
-    """The model's state dict without ``module.`` prefixes, floating tensors as fp32 CPU copies."""
+    """The model's state dict without ``module.`` prefixes, floating tensors as fp32 CPU copies; of a model
+    sharded by FSDP, the full tensors (a collective: every rank calls it)."""
     out = collections.OrderedDict()
-    for k, v in unwrap_model(model).state_dict().items():
+    for k, v in gather_full(unwrap_model(model).state_dict()).items():
         v = v.detach()
         out[k] = (v.float() if v.is_floating_point() else v).cpu().clone()
     return out
@@ -152,10 +154,11 @@ def _config_text(config):
 
 def make_checkpoint(model, optimizer, validation_monitor=None, scaler=None, lr_scheduler=None,
                     train_state=None, config=None, rng=None, extra=None):
-    """The checkpoint dict (see the module docstring); only plain, ``weights_only``-safe values.
+    """The checkpoint dict (see the module docstring); only plain, ``weights_only``-safe values. The shards of
+    an FSDP run (:mod:`common.parallel.fsdp`) are gathered into full tensors: every rank calls it then.
 
     Args:
-        model: ``nn.Module`` (DDP-wrapped or not).
+        model: ``nn.Module`` (DDP-wrapped, FSDP-sharded or neither).
         optimizer: ``torch.optim.Optimizer``.
         validation_monitor, scaler, lr_scheduler: objects with ``state_dict()``, or dicts;
             None leaves the key out.
@@ -164,12 +167,12 @@ def make_checkpoint(model, optimizer, validation_monitor=None, scaler=None, lr_s
         rng: list of :func:`rng_state` per rank (default: this process's only).
         extra: dict key -> object with ``state_dict()`` (a stateful hook: ``ema``, ``early_stopping``).
     """
-    ckpt = {"state_dict": model_state_fp32(model), "optimizer": optimizer.state_dict()}
+    ckpt = {"state_dict": model_state_fp32(model), "optimizer": gather_full(optimizer.state_dict())}
     named = {"validation_monitor": validation_monitor, "amp": scaler, "lr_scheduler": lr_scheduler,
              "train_state": train_state, **(extra or {})}
     for key, obj in named.items():
         if obj is not None:
-            ckpt[key] = obj if isinstance(obj, dict) else obj.state_dict()
+            ckpt[key] = obj if isinstance(obj, dict) else gather_full(obj.state_dict())
     ckpt["rng"] = [rng_state()] if rng is None else rng
     if config is not None:
         ckpt["config"] = _config_text(config)
@@ -180,7 +183,8 @@ def save_checkpoint(paths, model, optimizer, **kwargs):
     """Write :func:`make_checkpoint` atomically to ``paths`` (one path or a list) on rank 0.
 
     Every rank must call it: the ranks' RNG states are gathered (a collective) so a resumed
-    run continues each rank's random stream. Other ranks return without writing.
+    run continues each rank's random stream, and the shards of an FSDP model, optimizer and EMA
+    are gathered. Other ranks return without writing.
     ``kwargs`` go to :func:`make_checkpoint`.
 
     Raises:
@@ -188,9 +192,12 @@ def save_checkpoint(paths, model, optimizer, **kwargs):
             folder, the cause and the last good checkpoint, which stays intact.
     """
     rng = cdist.all_gather(rng_state())
-    if not cdist.is_main_process():
+    sharded = is_sharded(unwrap_model(model))
+    if not (sharded or cdist.is_main_process()):
         return
     ckpt = make_checkpoint(model, optimizer, rng=rng, **kwargs)
+    if not cdist.is_main_process():
+        return
     for path in [paths] if isinstance(paths, str) else paths:
         try:
             atomic_save(ckpt, path)
@@ -242,7 +249,7 @@ def load_model_state_dict(model, state_dict, source="state dict"):
     """Load ``state_dict`` strictly into ``model``, whatever the ``module.`` prefixes on either side.
 
     Floating tensors are cast to the model's dtype (fp16 checkpoints of reference fp16 runs
-    load into fp32 models).
+    load into fp32 models). Into a model sharded by FSDP, each rank loads its shard of the full tensors.
 
     Raises:
         CheckpointError: missing / unexpected keys or shape mismatches, all listed, naming ``source``.
@@ -261,7 +268,7 @@ def load_model_state_dict(model, state_dict, source="state dict"):
     if missing or unexpected or shapes:
         raise CheckpointError("{} does not fit the model:\n  missing keys: {}\n  unexpected keys: {}\n"
                               "  shape mismatches: {}".format(source, missing, unexpected, shapes))
-    model.load_state_dict({k: v.to(target[k].dtype) if v.is_floating_point() else v
+    model.load_state_dict({k: shard_like(v.to(target[k].dtype) if v.is_floating_point() else v, target[k])
                            for k, v in parsed.items()})
 
 
@@ -288,7 +295,12 @@ def restore_checkpoint(ckpt, model, optimizer=None, scaler=None, lr_scheduler=No
              "validation_monitor": validation_monitor, **(extra or {})}
     for key, obj in parts.items():
         if obj is not None and key in ckpt:
-            obj.load_state_dict(_scaler_state(ckpt[key]) if key == "amp" else ckpt[key])
+            value = ckpt[key]
+            if key == "amp":
+                value = _scaler_state(value)
+            elif key == "optimizer":
+                value = shard_optimizer_state(obj, value)  # as is unless the model is sharded
+            obj.load_state_dict(value)
             restored.append(key)
     if restore_rng and ckpt.get("rng"):
         states, rank = ckpt["rng"], cdist.get_rank()

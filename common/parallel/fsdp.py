@@ -11,10 +11,17 @@ gradients reduce-scattered after its backward. The groups, innermost first:
   Fast R-CNN encoder (``common.modeling.backbone.resnet.ResNetC4``);
 - the root: everything else (embeddings, pooler, heads; tied weights such as the MLM decoder and the word
   embeddings stay together in this group).
+
+Checkpoints keep the layout of unsharded runs (:mod:`common.checkpoint`): :func:`gather_full` makes full tensors of
+the shards before a save, :func:`shard_like` and :func:`shard_optimizer_state` cut them again on load, so a checkpoint
+of either strategy and of any world size resumes under the other.
 """
+from contextlib import contextmanager
+
 import torch
 from torch import nn
-from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from common.modeling.backbone.resnet import ResNetC4
 from common.modeling.nlp.modeling import BertLayer
@@ -47,7 +54,9 @@ def shard_groups(model):
 def shard_model(model, mesh=None, mp_policy=None):
     """Shard ``model`` in place with ``fully_shard`` on each group of :func:`shard_groups`.
 
-    Parameters become ``torch.distributed.tensor.DTensor`` shards (dim 0 split over the mesh); buffers (e.g.
+    First every parameter and buffer takes rank 0's value (as DDP does when it wraps a model: ranks seeded
+    differently built different random weights). Parameters become ``torch.distributed.tensor.DTensor`` shards
+    (dim 0 split over the mesh); buffers (e.g.
     frozen batch-norm statistics) stay whole on every rank. A timm ViT whose ``forward_features`` is called
     directly (the VL-BERT image encoder) gets that method registered so its group gathers its parameters there too.
 
@@ -60,6 +69,11 @@ def shard_model(model, mesh=None, mp_policy=None):
     Raises:
         RuntimeError: no default process group (``torch.distributed`` not initialized) and no ``mesh``.
     """
+    group = None if mesh is None else mesh.get_group()
+    with torch.no_grad():
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            torch.distributed.broadcast(tensor, src=torch.distributed.get_global_rank(group, 0) if group else 0,
+                                        group=group)
     kwargs = {"mesh": mesh}
     if mp_policy is not None:
         kwargs["mp_policy"] = mp_policy
@@ -70,6 +84,64 @@ def shard_model(model, mesh=None, mp_policy=None):
     return model
 
 
+@contextmanager
+def gathered_for_inference(model):
+    """Inside: every shard group of ``model`` holds its full parameters and keeps them through each forward, so
+    forwards run without collectives (ranks may then run different numbers of evaluation batches, as the
+    inference sampler's uneven shards give); on exit the shards are restored. The unsharded parameters
+    cost the model's full size on every rank for the time of the evaluation (no gradients or optimizer
+    state). A model that is not sharded is used as it is.
+    """
+    groups = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for module in groups:
+        module.set_reshard_after_forward(False, recurse=False)
+        module.unshard()  # a collective: every rank enters together
+    try:
+        yield model
+    finally:
+        for module in groups:
+            module.reshard()
+            module.set_reshard_after_forward(True, recurse=False)
+
+
 def is_sharded(model):
     """Whether ``model`` was sharded by :func:`shard_model` (its parameters are DTensor shards)."""
     return isinstance(model, torch.distributed.fsdp.FSDPModule)
+
+
+def gather_full(value):
+    """``value`` (a tensor, or a nested dict / list / tuple of them, e.g. a state dict) with every DTensor shard
+    replaced by the full tensor, on every rank; anything else is returned as is.
+
+    A collective when ``value`` holds DTensors: every rank calls it with the same structure, in the same order.
+    """
+    if isinstance(value, DTensor):
+        return value.full_tensor()
+    if isinstance(value, dict):
+        return type(value)((k, gather_full(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(gather_full(v) for v in value)
+    return value
+
+
+def shard_like(full, target):
+    """The full tensor ``full`` laid out as the DTensor ``target`` (same mesh and placements; each rank keeps
+    its own shard of the copy it holds, no communication), dtype kept; ``full`` itself when ``target`` is a
+    plain tensor. Every rank must hold the same ``full``."""
+    if isinstance(target, DTensor):
+        return distribute_tensor(full, target.device_mesh, target.placements, src_data_rank=None)
+    return full
+
+
+def shard_optimizer_state(optimizer, state_dict):
+    """A full ``optimizer.state_dict()`` (one rank's of an unsharded run, or :func:`gather_full` of a sharded
+    one) with each per-parameter tensor (momentum, Adam moments: the parameter's shape) sharded as its
+    parameter, ready for ``optimizer.load_state_dict``. Parameters are matched by their position in the
+    param groups, as ``torch.optim`` does."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    state = {}
+    for index, entry in state_dict["state"].items():
+        param = params[index] if isinstance(index, int) and index < len(params) else None
+        state[index] = {k: shard_like(v, param) if param is not None and isinstance(v, torch.Tensor)
+                        and v.shape == param.shape else v for k, v in entry.items()}
+    return dict(state_dict, state=state)
