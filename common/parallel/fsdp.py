@@ -16,6 +16,7 @@ Checkpoints keep the layout of unsharded runs (:mod:`common.checkpoint`): :func:
 the shards before a save, :func:`shard_like` and :func:`shard_optimizer_state` cut them again on load, so a checkpoint
 of either strategy and of any world size resumes under the other.
 """
+import collections
 from contextlib import contextmanager
 
 import torch
@@ -118,9 +119,13 @@ def gather_full(value):
     if isinstance(value, DTensor):
         return value.full_tensor()
     if isinstance(value, dict):
-        return type(value)((k, gather_full(v)) for k, v in value.items())
+        out = {k: gather_full(v) for k, v in value.items()}
+        if all(out[k] is v for k, v in value.items()):
+            return value  # nothing sharded inside: the object itself (a Counter stays a Counter)
+        return collections.OrderedDict(out) if isinstance(value, collections.OrderedDict) else out
     if isinstance(value, (list, tuple)):
-        return type(value)(gather_full(v) for v in value)
+        out = [gather_full(v) for v in value]
+        return value if all(a is b for a, b in zip(out, value)) else type(value)(out)
     return value
 
 
