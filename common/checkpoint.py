@@ -19,14 +19,17 @@ import collections
 import logging
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from typing import List, Optional
 
 import torch
 import yaml
+from torch.distributed.checkpoint import CheckpointException
 
 from common import distributed as cdist
 from common.parallel.fsdp import gather_full, is_sharded, shard_like, shard_optimizer_state
+from common.parallel.sharded_checkpoint import is_sharded_checkpoint, read_sharded_checkpoint, save_sharded_checkpoint
 from common.rng import rng_state, set_rng_state
 from common.safe_load import UnreadableFileError, load_tensors
 from common.safe_write import OutputWriteError, atomic_write
@@ -124,8 +127,9 @@ def remove_stale_temp_files(prefix):
     if not os.path.isdir(folder):
         return
     for name in os.listdir(folder):
-        if name.startswith("." + base + "-") and name.endswith(".tmp"):
-            os.remove(os.path.join(folder, name))
+        if name.startswith("." + base + "-") and (name.endswith(".tmp") or ".tmp." in name):
+            path = os.path.join(folder, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
 
 
 def unwrap_model(model):
@@ -153,7 +157,7 @@ def _config_text(config):
 
 
 def make_checkpoint(model, optimizer, validation_monitor=None, scaler=None, lr_scheduler=None,
-                    train_state=None, config=None, rng=None, extra=None):
+                    train_state=None, config=None, rng=None, extra=None, gather=True):
     """The checkpoint dict (see the module docstring); only plain, ``weights_only``-safe values. The shards of
     an FSDP run (:mod:`common.parallel.fsdp`) are gathered into full tensors: every rank calls it then.
 
@@ -166,38 +170,45 @@ def make_checkpoint(model, optimizer, validation_monitor=None, scaler=None, lr_s
         config: CfgNode, dict or YAML text.
         rng: list of :func:`rng_state` per rank (default: this process's only).
         extra: dict key -> object with ``state_dict()`` (a stateful hook: ``ema``, ``early_stopping``).
+        gather: False keeps the shards (DTensors) of an FSDP run as they are, for a sharded save.
     """
-    ckpt = {"state_dict": model_state_fp32(model), "optimizer": gather_full(optimizer.state_dict())}
+    full = gather_full if gather else (lambda value: value)
+    model_state = model_state_fp32(model) if gather else unwrap_model(model).state_dict()
+    ckpt = {"state_dict": model_state, "optimizer": full(optimizer.state_dict())}
     named = {"validation_monitor": validation_monitor, "amp": scaler, "lr_scheduler": lr_scheduler,
              "train_state": train_state, **(extra or {})}
     for key, obj in named.items():
         if obj is not None:
-            ckpt[key] = obj if isinstance(obj, dict) else gather_full(obj.state_dict())
+            ckpt[key] = obj if isinstance(obj, dict) else full(obj.state_dict())
     ckpt["rng"] = [rng_state()] if rng is None else rng
     if config is not None:
         ckpt["config"] = _config_text(config)
     return ckpt
 
 
-def save_checkpoint(paths, model, optimizer, **kwargs):
-    """Write :func:`make_checkpoint` atomically to ``paths`` (one path or a list) on rank 0.
+def save_checkpoint(paths, model, optimizer, async_save=False, **kwargs):
+    """Write :func:`make_checkpoint` atomically to ``paths`` (one path or a list) on rank 0; of a model sharded
+    by FSDP, a sharded checkpoint folder under each path, each rank writing its shards
+    (:mod:`common.parallel.sharded_checkpoint`; ``async_save``: in the background).
 
     Every rank must call it: the ranks' RNG states are gathered (a collective) so a resumed
     run continues each rank's random stream, and the shards of an FSDP model, optimizer and EMA
     are gathered. Other ranks return without writing.
     ``kwargs`` go to :func:`make_checkpoint`.
 
+    Returns:
+        None, or of a sharded save the :class:`common.parallel.sharded_checkpoint.PendingSave` to wait for.
     Raises:
         OutputWriteError: an OS failure (disk full, folder not writable, ...); the message names the
             folder, the cause and the last good checkpoint, which stays intact.
     """
     rng = cdist.all_gather(rng_state())
-    sharded = is_sharded(unwrap_model(model))
-    if not (sharded or cdist.is_main_process()):
-        return
-    ckpt = make_checkpoint(model, optimizer, rng=rng, **kwargs)
+    if is_sharded(unwrap_model(model)):
+        ckpt = make_checkpoint(model, optimizer, rng=rng, gather=False, **kwargs)
+        return save_sharded_checkpoint(ckpt, paths, async_save=async_save, logger=logger)
     if not cdist.is_main_process():
-        return
+        return None
+    ckpt = make_checkpoint(model, optimizer, rng=rng, **kwargs)
     for path in [paths] if isinstance(paths, str) else paths:
         try:
             atomic_save(ckpt, path)
@@ -212,24 +223,32 @@ def prune_step_checkpoints(prefix, keep):
         return
     steps = [path for _, path, is_step in list_checkpoints(prefix) if is_step]
     for path in steps[:max(len(steps) - keep, 0)]:
-        os.remove(path)
+        shutil.rmtree(path) if is_sharded_checkpoint(path) else os.remove(path)
 
 
 # --------------------------------------------------------------------------------------------- #
 # Loading
 # --------------------------------------------------------------------------------------------- #
 def load_checkpoint_file(path):
-    """Read a checkpoint dict on the CPU through :func:`common.safe_load.load_tensors` (nothing in it runs).
+    """Read a checkpoint dict on the CPU through :func:`common.safe_load.load_tensors` (nothing in it runs); a
+    sharded checkpoint folder through :func:`common.parallel.sharded_checkpoint.read_sharded_checkpoint`, as one
+    dict of full tensors (DCP's index, ``.metadata``, is a pickle: read only folders you trust).
 
     Raises:
         FileNotFoundError: no file at ``path``.
         CheckpointError: the file is unreadable, asks to run code, or is not a dict with ``state_dict``.
     """
     try:
-        # MultiStepLR keeps its milestones in a Counter; allow that harmless container.
-        ckpt = load_tensors(path, "checkpoint", allowed_globals=[collections.Counter])
+        if is_sharded_checkpoint(path):
+            ckpt = read_sharded_checkpoint(path)
+        else:
+            # MultiStepLR keeps its milestones in a Counter; allow that harmless container.
+            ckpt = load_tensors(path, "checkpoint", allowed_globals=[collections.Counter])
     except UnreadableFileError as e:
         raise CheckpointError(str(e)) from None
+    except (CheckpointException, OSError, RuntimeError, KeyError) as e:  # DCP: a missing or torn shard
+        raise CheckpointError("{}: not a readable sharded checkpoint: {}".format(path, str(e).splitlines()[0]
+                                                                                 if str(e) else type(e).__name__)) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         what = "keys {}".format(sorted(ckpt)[:10]) if isinstance(ckpt, dict) else type(ckpt).__name__
         raise CheckpointError("{} is not a checkpoint: expected a dict with a 'state_dict' entry, found {}"
@@ -452,10 +471,11 @@ class Checkpointer:
             restored the same way.
         check: ``check(ckpt, path)`` run on a checkpoint before :meth:`resume` restores it (see
             :func:`resume_training`), or None.
+        async_save: a sharded save (FSDP) writes in the background (TRAIN.ASYNC_CHECKPOINT); :meth:`wait`.
     """
 
     def __init__(self, model, optimizer, prefix, config=None, scaler=None, lr_scheduler=None,
-                 validation_monitor=None, extra=None, check=None):
+                 validation_monitor=None, extra=None, check=None, async_save=False):
         self.model = model
         self.optimizer = optimizer
         self.prefix = prefix
@@ -466,6 +486,8 @@ class Checkpointer:
         self.saved_at = None  # (epoch, epoch_batch) of the last save: a stop there need not save again
         self.extra = dict(extra or {})
         self.check = check
+        self.async_save = async_save
+        self.pending = None  # a sharded save still writing in the background
 
     def save(self, paths, train_state):
         """Write the checkpoint of the run at ``train_state`` to ``paths`` (see :func:`save_checkpoint`:
@@ -474,10 +496,18 @@ class Checkpointer:
         Raises:
             OutputWriteError: an OS failure; the last good checkpoint stays intact.
         """
-        save_checkpoint(paths, self.model, self.optimizer, validation_monitor=self.validation_monitor,
-                        scaler=self.scaler, lr_scheduler=self.lr_scheduler, train_state=train_state,
-                        config=self.config, extra=self.extra)
+        self.wait()
+        self.pending = save_checkpoint(paths, self.model, self.optimizer, async_save=self.async_save,
+                                       validation_monitor=self.validation_monitor, scaler=self.scaler,
+                                       lr_scheduler=self.lr_scheduler, train_state=train_state, config=self.config,
+                                       extra=self.extra)
         self.saved_at = (train_state["epoch"], train_state["epoch_batch"])
+
+    def wait(self):
+        """Wait until a background save (TRAIN.ASYNC_CHECKPOINT of a sharded run) is written and named."""
+        if self.pending is not None:
+            self.pending.wait()
+            self.pending = None
 
     def resume(self, train_cfg, steps_per_epoch=None):
         """TRAIN.RESUME / TRAIN.AUTO_RESUME into the held objects; see :func:`resume_training`.

@@ -197,7 +197,8 @@ def train_net(args, cfg, task):
     lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader))
     checkpointer = Checkpointer(model, optimizer, prefix, config=cfg, scaler=scaler, lr_scheduler=lr_scheduler,
                                 validation_monitor=validation, extra=stateful,
-                                check=lambda ckpt, path: task.check_checkpoint(cfg, ckpt, path))
+                                check=lambda ckpt, path: task.check_checkpoint(cfg, ckpt, path),
+                                async_save=train_cfg.ASYNC_CHECKPOINT)
     base_lrs = [group["initial_lr"] for group in optimizer.param_groups]  # the config's; a checkpoint replaces them
     resumed = checkpointer.resume(train_cfg, steps_per_epoch=steps_per_epoch)
     state = None
@@ -244,6 +245,7 @@ def train_net(args, cfg, task):
         except Preempted:
             preempted = True  # the hook logged where it stopped
         finally:
+            checkpointer.wait()  # a background save of the last checkpoint is complete before the process ends
             if writer is not None:
                 writer.close()
         # No rank exits before rank 0 has closed its files: a launcher that stops the job on a rank's exit

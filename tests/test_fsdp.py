@@ -11,6 +11,8 @@ import subprocess
 import pytest
 import torch
 
+from common.checkpoint import load_checkpoint_file
+
 from tests import tiny_cls, tiny_vqa
 from tests import tiny_pretrain as tp
 from tests.tiny_vcr import CFG as VCR_CFG, ENTRY as VCR_ENTRY, LAUNCH_ENV, ROOT, output_folder as vcr_output
@@ -29,10 +31,10 @@ def launch(entry, cfg, model_dir, opts, nprocs=2):
 
 
 def final_checkpoint(folder):
-    """The last epoch checkpoint in an output folder, read on the CPU."""
+    """The last epoch checkpoint in an output folder (a file, or a sharded folder of an FSDP run), read on the CPU."""
     paths = sorted(p for p in glob.glob(os.path.join(folder, "*-[0-9][0-9][0-9][0-9].model")))
     assert paths, "no epoch checkpoint in {}".format(folder)
-    return torch.load(paths[-1], map_location="cpu", weights_only=True)
+    return load_checkpoint_file(paths[-1])
 
 
 def train_both(tmp_path, entry, cfg, opts, output_of):
@@ -60,6 +62,7 @@ def assert_same_training(runs, loss_tag="Train-Loss"):
     assert worst < TOL, worst
     # the optimizer state, gathered from its shards, has the layout of the DDP run's
     assert sorted(fsdp["optimizer"]["state"]) == sorted(ddp["optimizer"]["state"])
+    assert fsdp["optimizer"]["param_groups"] == ddp["optimizer"]["param_groups"]
     return ddp_scalars, fsdp_scalars
 
 
@@ -69,6 +72,12 @@ def test_fsdp_equals_ddp_on_vcr_with_accumulation_and_clipping(tmp_path, tiny_vc
     runs = train_both(tmp_path, VCR_ENTRY, VCR_CFG, tiny_vcr.opts(), vcr_output)
     ddp_scalars, _ = assert_same_training(runs)
     assert all(v > 0 for _, v in ddp_scalars["grad-para/Total-Norm"])  # clipping measured a real norm
+    # DDP writes files; FSDP a folder per checkpoint with one shard per rank, none left half-written
+    ddp_out, fsdp_out = vcr_output(tmp_path / "ddp"), vcr_output(tmp_path / "fsdp")
+    best = os.path.join(fsdp_out, "vl-bert_base_a_res101-best.model")
+    assert os.path.isfile(os.path.join(ddp_out, "vl-bert_base_a_res101-best.model")) and os.path.isdir(best)
+    assert sorted(n for n in os.listdir(best) if n.endswith(".distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert not [n for n in os.listdir(fsdp_out) if n.startswith(".")]
 
 
 @pytest.mark.slow

@@ -103,6 +103,9 @@ def common_defaults():
     # (new) Data parallelism over the processes: 'ddp' (every rank holds the whole model) or 'fsdp' (FSDP2:
     # parameters, gradients and optimizer state sharded over the ranks; docs/fsdp.md).
     _C.TRAIN.STRATEGY = 'ddp'
+    # (new) 'fsdp' only: write the sharded checkpoints in the background (dcp.async_save); training goes on
+    # once the shards are copied to host memory.
+    _C.TRAIN.ASYNC_CHECKPOINT = False
     # LR per sample: the optimizer's LR is LR x images per step over all GPUs.
     _C.TRAIN.LR = 0.1
     # 'step', 'triangle', 'cosine' (new) or 'plateau'.
