@@ -97,7 +97,14 @@ def atomic_save(obj, path):
     Raises:
         OutputWriteError: disk full, folder not writable, ... (names the folder and the cause).
     """
+    aside = None
+    if os.path.isdir(path):  # a sharded checkpoint folder of an FSDP run of that name: replaced by the file
+        folder, base = os.path.split(os.path.abspath(path))
+        aside = os.path.join(folder, ".{}.old.tmp".format(base))
+        os.rename(path, aside)
     atomic_write(path, lambda f: torch.save(obj, f), size_hint=_tensor_bytes(obj))
+    if aside is not None:
+        shutil.rmtree(aside)
 
 
 def _tensor_bytes(obj):

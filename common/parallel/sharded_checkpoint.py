@@ -77,14 +77,15 @@ def _temp_folder(path):
 
 
 def _replace(temp, path):
-    """Give the complete folder ``temp`` the name ``path`` (an older checkpoint of that name is removed)."""
-    if os.path.isdir(path):
-        old = temp + ".old"
-        os.rename(path, old)
+    """Give the complete folder ``temp`` the name ``path``; an older checkpoint of that name (a folder, or the
+    file of a DDP run) is moved aside first and removed after."""
+    if not os.path.lexists(path):
         os.rename(temp, path)
-        shutil.rmtree(old)
-    else:
-        os.rename(temp, path)
+        return
+    old = temp + ".old"
+    os.rename(path, old)
+    os.rename(temp, path)
+    shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
 
 
 class PendingSave:
