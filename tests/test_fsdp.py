@@ -6,7 +6,9 @@ all-reduce), so losses and weights agree to float32 rounding: within 1e-5.
 """
 import glob
 import os
+import re
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -78,6 +80,22 @@ def test_fsdp_equals_ddp_on_vcr_with_accumulation_and_clipping(tmp_path, tiny_vc
     assert os.path.isfile(os.path.join(ddp_out, "vl-bert_base_a_res101-best.model")) and os.path.isdir(best)
     assert sorted(n for n in os.listdir(best) if n.endswith(".distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     assert not [n for n in os.listdir(fsdp_out) if n.startswith(".")]
+    # vcr/val.py reads the folder as the DDP run's file; the consolidated file holds the folder's dict
+    accuracy = {}
+    for strategy, out in (("ddp", ddp_out), ("fsdp", fsdp_out)):
+        val = subprocess.run([sys.executable, os.path.join(ROOT, "vcr", "val.py"), "--cfg", VCR_CFG, "--ckpt",
+                              os.path.join(out, "vl-bert_base_a_res101-best.model"), "--opts"] + tiny_vcr.opts(),
+                             env=dict(os.environ, **LAUNCH_ENV), capture_output=True, text=True, timeout=300)
+        assert val.returncode == 0, val.stderr[-3000:]
+        accuracy[strategy] = re.search(r"Q->A accuracy on val: ([0-9.]+)", val.stdout).group(1)
+    assert accuracy["fsdp"] == accuracy["ddp"]
+    single = str(tmp_path / "consolidated.model")
+    tool = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "consolidate_checkpoint.py"), best, single],
+                          capture_output=True, text=True, timeout=300)
+    assert tool.returncode == 0, tool.stderr[-3000:]
+    consolidated = torch.load(single, map_location="cpu", weights_only=True)
+    assert sorted(consolidated) == sorted(load_checkpoint_file(best))
+    assert all(torch.equal(v, runs["fsdp"][1]["state_dict"][k]) for k, v in consolidated["state_dict"].items())
 
 
 @pytest.mark.slow
