@@ -135,9 +135,10 @@ def test_fsdp_equals_ddp_on_cls_vit(tmp_path):
     """The cls task's timm ViT: its blocks and the ViT are shard groups."""
     import demo.make_cls_demo_data as make_cls_demo_data
 
-    data = make_cls_demo_data.write(str(tmp_path / "data"), train=16, test=8)
+    data = make_cls_demo_data.write(str(tmp_path / "data"), train=40, test=8)  # 5 steps of 8 images
     name = "vit_base16_cifar100_1x24G_bf16"
+    opts = tiny_cls.opts(data, name) + ["TRAIN.FP16", "false", "LOG_FREQUENT", "1"]
     runs = train_both(tmp_path, os.path.join(ROOT, "cls", "train_end2end.py"),
-                      os.path.join(ROOT, "cfgs", "cls", name + ".yaml"), tiny_cls.opts(data, name) + ["TRAIN.FP16", "false"],
+                      os.path.join(ROOT, "cfgs", "cls", name + ".yaml"), opts,
                       lambda model_dir: glob.glob(str(model_dir / "output" / "cls" / name / "train_train"))[0])
     assert_same_training(runs)

@@ -43,7 +43,8 @@ class ModelEma(HookBase):
         from timm.utils import ModelEmaV3  # imported only by runs that ask for EMA (timm takes seconds to import)
 
         self.model = unwrap_model(model)
-        self.ema = ModelEmaV3(self.model, decay=decay)
+        # A sharded model's state mixes DTensor parameters and plain buffers, which one multi-tensor lerp refuses.
+        self.ema = ModelEmaV3(self.model, decay=decay, foreach=shard is None)
         if shard is not None:
             shard(self.ema.module)
         self.monitor, self.metrics, self.prefix = monitor, metrics, prefix

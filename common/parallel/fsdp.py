@@ -26,6 +26,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from common.modeling.backbone.resnet import ResNetC4
 from common.modeling.nlp.modeling import BertLayer
+from common.modeling.vit_encoder import ViTEncoder
 
 
 def _is_timm_vit(module):
@@ -58,8 +59,9 @@ def shard_model(model, mesh=None, mp_policy=None):
     First every parameter and buffer takes rank 0's value (as DDP does when it wraps a model: ranks seeded
     differently built different random weights). Parameters become ``torch.distributed.tensor.DTensor`` shards
     (dim 0 split over the mesh); buffers (e.g.
-    frozen batch-norm statistics) stay whole on every rank. A timm ViT whose ``forward_features`` is called
-    directly (the VL-BERT image encoder) gets that method registered so its group gathers its parameters there too.
+    frozen batch-norm statistics) stay whole on every rank. The ViT of VL-BERT's image encoder, whose
+    ``forward_features`` is called directly (not its ``forward``), gets that method registered so its group
+    gathers its parameters there too.
 
     Args:
         model: the task model, on its device, parameters fp32.
@@ -78,10 +80,11 @@ def shard_model(model, mesh=None, mp_policy=None):
     kwargs = {"mesh": mesh}
     if mp_policy is not None:
         kwargs["mp_policy"] = mp_policy
-    for name, module in shard_groups(model):
+    for _, module in shard_groups(model):
         fully_shard(module, **kwargs)
-        if name and _is_timm_vit(module):
-            register_fsdp_forward_method(module, "forward_features")
+    for module in model.modules():
+        if isinstance(module, ViTEncoder):  # calls its ViT's forward_features, not its forward
+            register_fsdp_forward_method(module.vit, "forward_features")
     return model
 
 
