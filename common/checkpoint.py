@@ -247,20 +247,27 @@ def load_checkpoint_file(path):
     """
     try:
         if is_sharded_checkpoint(path):
-            ckpt = read_sharded_checkpoint(path)
+            ckpt = _read_folder(path)
         else:
             # MultiStepLR keeps its milestones in a Counter; allow that harmless container.
             ckpt = load_tensors(path, "checkpoint", allowed_globals=[collections.Counter])
     except UnreadableFileError as e:
         raise CheckpointError(str(e)) from None
-    except (CheckpointException, OSError, RuntimeError, KeyError) as e:  # DCP: a missing or torn shard
-        raise CheckpointError("{}: not a readable sharded checkpoint: {}".format(path, str(e).splitlines()[0]
-                                                                                 if str(e) else type(e).__name__)) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         what = "keys {}".format(sorted(ckpt)[:10]) if isinstance(ckpt, dict) else type(ckpt).__name__
         raise CheckpointError("{} is not a checkpoint: expected a dict with a 'state_dict' entry, found {}"
                               .format(path, what))
     return ckpt
+
+
+def _read_folder(path):
+    """:func:`common.parallel.sharded_checkpoint.read_sharded_checkpoint`; DCP's errors on a missing or torn shard
+    become one CheckpointError naming the folder."""
+    try:
+        return read_sharded_checkpoint(path)
+    except (CheckpointException, OSError, RuntimeError, KeyError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError("{} is not a readable sharded checkpoint: {}".format(path, reason)) from None
 
 
 def match_key(key, targets):

@@ -31,7 +31,8 @@ from common.modeling.vit_encoder import ViTEncoder
 
 def _is_timm_vit(module):
     """A timm vision transformer: a patch embedding and a sequence of blocks."""
-    return hasattr(module, "patch_embed") and isinstance(getattr(module, "blocks", None), (nn.Sequential, nn.ModuleList))
+    blocks = getattr(module, "blocks", None)
+    return hasattr(module, "patch_embed") and isinstance(blocks, (nn.Sequential, nn.ModuleList))
 
 
 def shard_groups(model):

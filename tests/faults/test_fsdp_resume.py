@@ -3,10 +3,11 @@ scripts/dist_run_single.sh: fp16 with a dynamic loss scale, k = 2, clipping, a c
 (Resume on another world size: tests/faults/test_world_size_change.py, parametrized by strategy.)
 """
 import os
+import shutil
 
 import pytest
-import torch
 
+from common.checkpoint import CheckpointError, load_checkpoint_file
 from tests.faults import harness
 
 FSDP = ["TRAIN.STRATEGY", "fsdp"]
@@ -54,6 +55,11 @@ def test_sigkill_mid_epoch_then_auto_resume_is_bit_identical(tiny_cfg, clean_run
     names = harness.checkpoint_names(work)
     assert "tiny-0001-b0000004.model" in names, names
     assert all(os.path.isdir(os.path.join(folder, n)) for n in names)  # sharded folders, no torn one named
+    torn = tmp_path / "torn.model"  # a copy of the newest with rank 1's shard lost: refused by name
+    shutil.copytree(os.path.join(folder, "tiny-0001-b0000004.model"), torn)
+    os.remove(torn / "__1_0.distcp")
+    with pytest.raises(CheckpointError, match="torn.model is not a readable sharded checkpoint"):
+        load_checkpoint_file(str(torn))
     rc, out, err = harness.run(tiny_cfg, work, nprocs=2, opts=FSDP, timeout=300)
     assert rc == 0, err[-3000:]
     assert "Resumed from" in out + err and "tiny-0001-b0000004.model" in out + err
