@@ -33,6 +33,8 @@ import weakref
 from typing import Iterator, NamedTuple, Optional, Union
 
 import torch
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+from torch.distributed.tensor import DTensor
 
 _SCALERS: "weakref.WeakKeyDictionary[torch.optim.Optimizer, LossScaler]" = weakref.WeakKeyDictionary()
 _DTYPES = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
@@ -56,6 +58,13 @@ def resolve_dtype(dtype: Union[str, torch.dtype, None]) -> torch.dtype:
         return _DTYPES[str(dtype).lower()]
     except KeyError:
         raise ValueError("TRAIN.FP16_DTYPE: expected one of {}, got {!r}".format(sorted(_DTYPES), dtype)) from None
+
+
+def _value(norm: torch.Tensor) -> float:
+    """The float of a 0-dim norm; of a sharded one (a DTensor of FSDP gradients), the norm over all shards."""
+    if isinstance(norm, DTensor):
+        norm = norm.full_tensor()
+    return norm.item()
 
 
 class StepResult(NamedTuple):
@@ -92,6 +101,8 @@ class LossScaler:
         max_loss_scale: cap of the dynamic scale.
         init_scale: first dynamic scale.
         growth_interval: clean steps before the dynamic scale doubles.
+        sharded: the gradients are FSDP shards (DTensors): inf/nan found on any rank's shard skips the step
+            on every rank (``torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler``).
         device: device type of the gradients (``'cpu'``, ``'cuda'``); :func:`initialize` passes
             the one of the model's params.
 
@@ -101,7 +112,7 @@ class LossScaler:
 
     def __init__(self, loss_scale: Union[None, str, float] = None, min_loss_scale: Optional[float] = None,
                  max_loss_scale: float = 2. ** 24, init_scale: float = 2. ** 16, growth_interval: int = 2000,
-                 device: str = "cpu"):
+                 device: str = "cpu", sharded: bool = False):
         self.dynamic = isinstance(loss_scale, str)
         if self.dynamic and loss_scale != "dynamic":
             raise ValueError("TRAIN.FP16_LOSS_SCALE: expected 'dynamic' or a number, got {!r}".format(loss_scale))
@@ -113,8 +124,10 @@ class LossScaler:
             scale = 1. if loss_scale is None else float(loss_scale)
         if not (math.isfinite(scale) and scale > 0):
             raise ValueError("TRAIN.FP16_LOSS_SCALE: expected a positive finite number, got {!r}".format(loss_scale))
-        self.grad_scaler = torch.amp.GradScaler(device, init_scale=scale, growth_interval=int(growth_interval),
-                                                enabled=loss_scale is not None)
+        # Sharded gradients (FSDP): each rank sees only its shard's inf/nan; ShardedGradScaler all-reduces them.
+        scaler_class = ShardedGradScaler if sharded else torch.amp.GradScaler
+        self.grad_scaler = scaler_class(device, init_scale=scale, growth_interval=int(growth_interval),
+                                        enabled=loss_scale is not None)
         self._scale = scale  # host copy of the scale: reading it never waits for the device
         self._unscaled = False  # this step's gradients are unscaled already
         self._in_step = False  # the scaler is calling optimizer.step() (see _amp_optimizer_step)
@@ -162,12 +175,12 @@ class LossScaler:
         if max_norm is not None and max_norm > 0:
             if parameters is None:
                 parameters = [p for g in optimizer.param_groups for p in g["params"]]
-            grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm).item()
+            grad_norm = _value(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
             finite = math.isfinite(grad_norm)
         elif not self.grad_scaler.is_enabled():
             # A disabled GradScaler does not look for inf/nan; a non-finite total norm tells.
             grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-            finite = not grads or math.isfinite(torch.nn.utils.get_total_norm(grads).item())
+            finite = not grads or math.isfinite(_value(torch.nn.utils.get_total_norm(grads)))
         if finite:
             self._in_step = True
             try:
@@ -252,11 +265,12 @@ def autocast_context(device_type: str, dtype: Union[str, torch.dtype]):
 
 def build_precision(enabled: bool, dtype: Union[str, torch.dtype], device_type: str,
                     loss_scale: Union[str, float] = "dynamic", min_loss_scale: Optional[float] = None,
-                    max_loss_scale: float = 2. ** 24):
+                    max_loss_scale: float = 2. ** 24, sharded: bool = False):
     """The autocast context and the loss scaler of a run (TRAIN.FP16, FP16_DTYPE, FP16_LOSS_SCALE).
 
     float16 scales the loss (``loss_scale``: 'dynamic' or a number); bfloat16 and float32 do not
-    (a step with inf/nan gradients is still skipped). ``enabled=False`` means float32.
+    (a step with inf/nan gradients is still skipped). ``enabled=False`` means float32. ``sharded``: the
+    gradients are FSDP shards (TRAIN.STRATEGY 'fsdp'; see :class:`LossScaler`).
 
     Returns:
         (autocast, scaler): see :func:`autocast_context` and :class:`LossScaler`.
@@ -265,7 +279,7 @@ def build_precision(enabled: bool, dtype: Union[str, torch.dtype], device_type: 
     """
     dtype = resolve_dtype(dtype) if enabled else torch.float32
     scaler = LossScaler(loss_scale if dtype == torch.float16 else None, min_loss_scale=min_loss_scale,
-                        max_loss_scale=max_loss_scale, device=device_type)
+                        max_loss_scale=max_loss_scale, device=device_type, sharded=sharded)
     return autocast_context(device_type, dtype), scaler
 
 
@@ -326,7 +340,8 @@ def initialize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, opt_lev
     param = next(model.parameters(), None)
     if param is None:
         raise ValueError("amp.initialize: the model has no parameters, so its device is unknown")
-    _, scaler = build_precision(enabled, dtype, param.device.type, loss_scale, min_loss_scale, max_loss_scale)
+    _, scaler = build_precision(enabled, dtype, param.device.type, loss_scale, min_loss_scale, max_loss_scale,
+                                sharded=isinstance(param, DTensor))  # a model sharded by FSDP
     if dtype != torch.float32:
         model._amp_device_type = param.device.type
         model._amp_dtype = dtype

@@ -19,13 +19,17 @@ import collections
 import logging
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from typing import List, Optional
 
 import torch
 import yaml
+from torch.distributed.checkpoint import CheckpointException
 
 from common import distributed as cdist
+from common.parallel.fsdp import gather_full, is_sharded, shard_like, shard_optimizer_state
+from common.parallel.sharded_checkpoint import is_sharded_checkpoint, read_sharded_checkpoint, save_sharded_checkpoint
 from common.rng import rng_state, set_rng_state
 from common.safe_load import UnreadableFileError, load_tensors
 from common.safe_write import OutputWriteError, atomic_write
@@ -93,7 +97,14 @@ def atomic_save(obj, path):
     Raises:
         OutputWriteError: disk full, folder not writable, ... (names the folder and the cause).
     """
+    aside = None
+    if os.path.isdir(path):  # a sharded checkpoint folder of an FSDP run of that name: replaced by the file
+        folder, base = os.path.split(os.path.abspath(path))
+        aside = os.path.join(folder, ".{}.old.tmp".format(base))
+        os.rename(path, aside)
     atomic_write(path, lambda f: torch.save(obj, f), size_hint=_tensor_bytes(obj))
+    if aside is not None:
+        shutil.rmtree(aside)
 
 
 def _tensor_bytes(obj):
@@ -123,8 +134,9 @@ def remove_stale_temp_files(prefix):
     if not os.path.isdir(folder):
         return
     for name in os.listdir(folder):
-        if name.startswith("." + base + "-") and name.endswith(".tmp"):
-            os.remove(os.path.join(folder, name))
+        if name.startswith("." + base + "-") and (name.endswith(".tmp") or ".tmp." in name):
+            path = os.path.join(folder, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
 
 
 def unwrap_model(model):
@@ -135,9 +147,10 @@ def unwrap_model(model):
 
 
 def model_state_fp32(model):
-    """The model's state dict without ``module.`` prefixes, floating tensors as fp32 CPU copies."""
+    """The model's state dict without ``module.`` prefixes, floating tensors as fp32 CPU copies; of a model
+    sharded by FSDP, the full tensors (a collective: every rank calls it)."""
     out = collections.OrderedDict()
-    for k, v in unwrap_model(model).state_dict().items():
+    for k, v in gather_full(unwrap_model(model).state_dict()).items():
         v = v.detach()
         out[k] = (v.float() if v.is_floating_point() else v).cpu().clone()
     return out
@@ -151,11 +164,12 @@ def _config_text(config):
 
 
 def make_checkpoint(model, optimizer, validation_monitor=None, scaler=None, lr_scheduler=None,
-                    train_state=None, config=None, rng=None, extra=None):
-    """The checkpoint dict (see the module docstring); only plain, ``weights_only``-safe values.
+                    train_state=None, config=None, rng=None, extra=None, gather=True):
+    """The checkpoint dict (see the module docstring); only plain, ``weights_only``-safe values. The shards of
+    an FSDP run (:mod:`common.parallel.fsdp`) are gathered into full tensors: every rank calls it then.
 
     Args:
-        model: ``nn.Module`` (DDP-wrapped or not).
+        model: ``nn.Module`` (DDP-wrapped, FSDP-sharded or neither).
         optimizer: ``torch.optim.Optimizer``.
         validation_monitor, scaler, lr_scheduler: objects with ``state_dict()``, or dicts;
             None leaves the key out.
@@ -163,33 +177,44 @@ def make_checkpoint(model, optimizer, validation_monitor=None, scaler=None, lr_s
         config: CfgNode, dict or YAML text.
         rng: list of :func:`rng_state` per rank (default: this process's only).
         extra: dict key -> object with ``state_dict()`` (a stateful hook: ``ema``, ``early_stopping``).
+        gather: False keeps the shards (DTensors) of an FSDP run as they are, for a sharded save.
     """
-    ckpt = {"state_dict": model_state_fp32(model), "optimizer": optimizer.state_dict()}
+    full = gather_full if gather else (lambda value: value)
+    model_state = model_state_fp32(model) if gather else unwrap_model(model).state_dict()
+    ckpt = {"state_dict": model_state, "optimizer": full(optimizer.state_dict())}
     named = {"validation_monitor": validation_monitor, "amp": scaler, "lr_scheduler": lr_scheduler,
              "train_state": train_state, **(extra or {})}
     for key, obj in named.items():
         if obj is not None:
-            ckpt[key] = obj if isinstance(obj, dict) else obj.state_dict()
+            ckpt[key] = obj if isinstance(obj, dict) else full(obj.state_dict())
     ckpt["rng"] = [rng_state()] if rng is None else rng
     if config is not None:
         ckpt["config"] = _config_text(config)
     return ckpt
 
 
-def save_checkpoint(paths, model, optimizer, **kwargs):
-    """Write :func:`make_checkpoint` atomically to ``paths`` (one path or a list) on rank 0.
+def save_checkpoint(paths, model, optimizer, async_save=False, **kwargs):
+    """Write :func:`make_checkpoint` atomically to ``paths`` (one path or a list) on rank 0; of a model sharded
+    by FSDP, a sharded checkpoint folder under each path, each rank writing its shards
+    (:mod:`common.parallel.sharded_checkpoint`; ``async_save``: in the background).
 
     Every rank must call it: the ranks' RNG states are gathered (a collective) so a resumed
-    run continues each rank's random stream. Other ranks return without writing.
+    run continues each rank's random stream, and the shards of an FSDP model, optimizer and EMA
+    are gathered. Other ranks return without writing.
     ``kwargs`` go to :func:`make_checkpoint`.
 
+    Returns:
+        None, or of a sharded save the :class:`common.parallel.sharded_checkpoint.PendingSave` to wait for.
     Raises:
         OutputWriteError: an OS failure (disk full, folder not writable, ...); the message names the
             folder, the cause and the last good checkpoint, which stays intact.
     """
     rng = cdist.all_gather(rng_state())
+    if is_sharded(unwrap_model(model)):
+        ckpt = make_checkpoint(model, optimizer, rng=rng, gather=False, **kwargs)
+        return save_sharded_checkpoint(ckpt, paths, async_save=async_save, logger=logger)
     if not cdist.is_main_process():
-        return
+        return None
     ckpt = make_checkpoint(model, optimizer, rng=rng, **kwargs)
     for path in [paths] if isinstance(paths, str) else paths:
         try:
@@ -205,22 +230,27 @@ def prune_step_checkpoints(prefix, keep):
         return
     steps = [path for _, path, is_step in list_checkpoints(prefix) if is_step]
     for path in steps[:max(len(steps) - keep, 0)]:
-        os.remove(path)
+        shutil.rmtree(path) if is_sharded_checkpoint(path) else os.remove(path)
 
 
 # --------------------------------------------------------------------------------------------- #
 # Loading
 # --------------------------------------------------------------------------------------------- #
 def load_checkpoint_file(path):
-    """Read a checkpoint dict on the CPU through :func:`common.safe_load.load_tensors` (nothing in it runs).
+    """Read a checkpoint dict on the CPU through :func:`common.safe_load.load_tensors` (nothing in it runs); a
+    sharded checkpoint folder through :func:`common.parallel.sharded_checkpoint.read_sharded_checkpoint`, as one
+    dict of full tensors (DCP's index, ``.metadata``, is a pickle: read only folders you trust).
 
     Raises:
         FileNotFoundError: no file at ``path``.
         CheckpointError: the file is unreadable, asks to run code, or is not a dict with ``state_dict``.
     """
     try:
-        # MultiStepLR keeps its milestones in a Counter; allow that harmless container.
-        ckpt = load_tensors(path, "checkpoint", allowed_globals=[collections.Counter])
+        if is_sharded_checkpoint(path):
+            ckpt = _read_folder(path)
+        else:
+            # MultiStepLR keeps its milestones in a Counter; allow that harmless container.
+            ckpt = load_tensors(path, "checkpoint", allowed_globals=[collections.Counter])
     except UnreadableFileError as e:
         raise CheckpointError(str(e)) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
@@ -228,6 +258,16 @@ def load_checkpoint_file(path):
         raise CheckpointError("{} is not a checkpoint: expected a dict with a 'state_dict' entry, found {}"
                               .format(path, what))
     return ckpt
+
+
+def _read_folder(path):
+    """:func:`common.parallel.sharded_checkpoint.read_sharded_checkpoint`; DCP's errors on a missing or torn shard
+    become one CheckpointError naming the folder."""
+    try:
+        return read_sharded_checkpoint(path)
+    except (CheckpointException, OSError, RuntimeError, KeyError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError("{} is not a readable sharded checkpoint: {}".format(path, reason)) from None
 
 
 def match_key(key, targets):
@@ -242,7 +282,7 @@ def load_model_state_dict(model, state_dict, source="state dict"):
     """Load ``state_dict`` strictly into ``model``, whatever the ``module.`` prefixes on either side.
 
     Floating tensors are cast to the model's dtype (fp16 checkpoints of reference fp16 runs
-    load into fp32 models).
+    load into fp32 models). Into a model sharded by FSDP, each rank loads its shard of the full tensors.
 
     Raises:
         CheckpointError: missing / unexpected keys or shape mismatches, all listed, naming ``source``.
@@ -261,7 +301,7 @@ def load_model_state_dict(model, state_dict, source="state dict"):
     if missing or unexpected or shapes:
         raise CheckpointError("{} does not fit the model:\n  missing keys: {}\n  unexpected keys: {}\n"
                               "  shape mismatches: {}".format(source, missing, unexpected, shapes))
-    model.load_state_dict({k: v.to(target[k].dtype) if v.is_floating_point() else v
+    model.load_state_dict({k: shard_like(v.to(target[k].dtype) if v.is_floating_point() else v, target[k])
                            for k, v in parsed.items()})
 
 
@@ -288,7 +328,12 @@ def restore_checkpoint(ckpt, model, optimizer=None, scaler=None, lr_scheduler=No
              "validation_monitor": validation_monitor, **(extra or {})}
     for key, obj in parts.items():
         if obj is not None and key in ckpt:
-            obj.load_state_dict(_scaler_state(ckpt[key]) if key == "amp" else ckpt[key])
+            value = ckpt[key]
+            if key == "amp":
+                value = _scaler_state(value)
+            elif key == "optimizer":
+                value = shard_optimizer_state(obj, value)  # as is unless the model is sharded
+            obj.load_state_dict(value)
             restored.append(key)
     if restore_rng and ckpt.get("rng"):
         states, rank = ckpt["rng"], cdist.get_rank()
@@ -440,10 +485,11 @@ class Checkpointer:
             restored the same way.
         check: ``check(ckpt, path)`` run on a checkpoint before :meth:`resume` restores it (see
             :func:`resume_training`), or None.
+        async_save: a sharded save (FSDP) writes in the background (TRAIN.ASYNC_CHECKPOINT); :meth:`wait`.
     """
 
     def __init__(self, model, optimizer, prefix, config=None, scaler=None, lr_scheduler=None,
-                 validation_monitor=None, extra=None, check=None):
+                 validation_monitor=None, extra=None, check=None, async_save=False):
         self.model = model
         self.optimizer = optimizer
         self.prefix = prefix
@@ -454,6 +500,8 @@ class Checkpointer:
         self.saved_at = None  # (epoch, epoch_batch) of the last save: a stop there need not save again
         self.extra = dict(extra or {})
         self.check = check
+        self.async_save = async_save
+        self.pending = None  # a sharded save still writing in the background
 
     def save(self, paths, train_state):
         """Write the checkpoint of the run at ``train_state`` to ``paths`` (see :func:`save_checkpoint`:
@@ -462,10 +510,18 @@ class Checkpointer:
         Raises:
             OutputWriteError: an OS failure; the last good checkpoint stays intact.
         """
-        save_checkpoint(paths, self.model, self.optimizer, validation_monitor=self.validation_monitor,
-                        scaler=self.scaler, lr_scheduler=self.lr_scheduler, train_state=train_state,
-                        config=self.config, extra=self.extra)
+        self.wait()
+        self.pending = save_checkpoint(paths, self.model, self.optimizer, async_save=self.async_save,
+                                       validation_monitor=self.validation_monitor, scaler=self.scaler,
+                                       lr_scheduler=self.lr_scheduler, train_state=train_state, config=self.config,
+                                       extra=self.extra)
         self.saved_at = (train_state["epoch"], train_state["epoch_batch"])
+
+    def wait(self):
+        """Wait until a background save (TRAIN.ASYNC_CHECKPOINT of a sharded run) is written and named."""
+        if self.pending is not None:
+            self.pending.wait()
+            self.pending = None
 
     def resume(self, train_cfg, steps_per_epoch=None):
         """TRAIN.RESUME / TRAIN.AUTO_RESUME into the held objects; see :func:`resume_training`.

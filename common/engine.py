@@ -3,8 +3,9 @@
 The task supplies its dataset, model, metrics and pretrain key renames; this module builds the
 rest from the config, in the order the design fixes::
 
-    process group -> output folder + logger -> seed -> model (+ partial pretrain) -> loaders
-    -> optimizer -> autocast context + loss scaler -> scheduler -> checkpointer + resume -> DDP -> hooks -> Trainer
+    process group -> output folder + logger -> seed -> model (+ partial pretrain) -> loaders -> stateful hooks
+    -> FSDP shards (TRAIN.STRATEGY 'fsdp') -> optimizer -> autocast context + loss scaler -> scheduler
+    -> checkpointer + resume -> DDP (TRAIN.STRATEGY 'ddp') -> hooks -> Trainer
 
 The reference release repeats this set-up in every task's ``function/train.py``; here it is
 written once.
@@ -36,6 +37,7 @@ from common.hooks.validation_monitor import ValidationMonitor
 from common.lr_scheduler import build_lr_scheduler, resume_lr_scheduler, updates_per_epoch
 from common.modeling.module import checkpoint_sets_weights, held_random_init_warnings, warn_random_init
 from common.optim import build_optimizer
+from common.parallel.fsdp import shard_model
 from common.partial_pretrain import load_partial_pretrain
 from common.predict import write_run_info
 from common.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
@@ -100,12 +102,13 @@ def build_loader(task, cfg, mode, world_size=1, rank=0):
                            batch_multiple=task.train_batch_multiple(cfg))
 
 
-def build_precision(cfg, device):
+def build_precision(cfg, device, sharded=False):
     """(autocast, scaler) of TRAIN.FP16 / FP16_DTYPE / FP16_LOSS_SCALE on ``device`` (the reference's
-    Apex O2 call: dynamic scale floored at 128); see :func:`common.amp.build_precision`."""
+    Apex O2 call: dynamic scale floored at 128), for FSDP-sharded gradients when ``sharded``; see
+    :func:`common.amp.build_precision`."""
     train_cfg = cfg.TRAIN
     return amp.build_precision(train_cfg.FP16, train_cfg.FP16_DTYPE, device.type,
-                               loss_scale=train_cfg.FP16_LOSS_SCALE, min_loss_scale=MIN_LOSS_SCALE)
+                               loss_scale=train_cfg.FP16_LOSS_SCALE, min_loss_scale=MIN_LOSS_SCALE, sharded=sharded)
 
 
 def load_for_inference(task, cfg, ckpt_path, device):
@@ -145,7 +148,7 @@ def train_net(args, cfg, task):
         cfg: frozen config (see :func:`common.cli.config_from_args`).
         task: the :class:`common.task.Task`.
     Returns:
-        (rank, model): the rank of this process and the trained model (unwrapped from DDP).
+        (rank, model): the rank of this process and the trained model (unwrapped from DDP; sharded under FSDP).
     Raises:
         SystemExit: code :data:`common.preemption.PREEMPTED_EXIT_CODE` after SIGTERM / SIGUSR1, once the
             checkpoint of the step where every rank stopped is written (:mod:`common.preemption`); code
@@ -170,26 +173,32 @@ def train_net(args, cfg, task):
         write_run_info(folder, task.run_info(cfg, getattr(train_loader, "dataset", None)))
 
     train_cfg = cfg.TRAIN
-    optimizer = build_optimizer(cfg, model, world_size)
-    autocast, scaler = build_precision(cfg, device)
-    lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader))
     validation = ValidationMonitor(run_validation, val_loader,
                                    task.build_metrics(cfg, False), host_metric_name=task.host_metric(cfg),
                                    label_index_in_batch=task.label_index_in_batch(cfg),
                                    val_frequent=cfg.VAL_FREQUENT)
-
     prefix = os.path.join(folder, cfg.MODEL_PREFIX)
     steps_per_epoch = updates_per_epoch(len(train_loader), train_cfg.GRAD_ACCUMULATE_STEPS)
+    # FSDP shards the model (and the EMA copy) before the optimizer is built over the shards; a run without a
+    # process group (one process, no launcher) has nothing to shard over and trains the whole model.
+    sharded = train_cfg.STRATEGY == "fsdp" and torch.distributed.is_initialized()
     # Stateful hooks, run after the validation (in this order) and saved in the checkpoint under their key.
     stateful = {}
     if train_cfg.EMA_DECAY > 0:
-        stateful["ema"] = ModelEma(model, train_cfg.EMA_DECAY, validation, task.build_metrics(cfg, False), prefix)
+        stateful["ema"] = ModelEma(model, train_cfg.EMA_DECAY, validation, task.build_metrics(cfg, False), prefix,
+                                   shard=shard_model if sharded else None)
     if train_cfg.EARLY_STOP_METRIC:
         stateful["early_stopping"] = EarlyStopping(validation, train_cfg.EARLY_STOP_METRIC, train_cfg.EARLY_STOP_MODE,
                                                    train_cfg.EARLY_STOP_PATIENCE)
+    if sharded:
+        shard_model(model)
+    optimizer = build_optimizer(cfg, model, world_size)
+    autocast, scaler = build_precision(cfg, device, sharded)
+    lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader))
     checkpointer = Checkpointer(model, optimizer, prefix, config=cfg, scaler=scaler, lr_scheduler=lr_scheduler,
                                 validation_monitor=validation, extra=stateful,
-                                check=lambda ckpt, path: task.check_checkpoint(cfg, ckpt, path))
+                                check=lambda ckpt, path: task.check_checkpoint(cfg, ckpt, path),
+                                async_save=train_cfg.ASYNC_CHECKPOINT)
     base_lrs = [group["initial_lr"] for group in optimizer.param_groups]  # the config's; a checkpoint replaces them
     resumed = checkpointer.resume(train_cfg, steps_per_epoch=steps_per_epoch)
     state = None
@@ -204,7 +213,7 @@ def train_net(args, cfg, task):
         checkpointer.lr_scheduler = lr_scheduler
 
     net = compile_forward(model, train_cfg.COMPILE)
-    if world_size > 1:
+    if world_size > 1 and not sharded:
         net = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None,
             find_unused_parameters=task.find_unused_parameters)
@@ -236,6 +245,7 @@ def train_net(args, cfg, task):
         except Preempted:
             preempted = True  # the hook logged where it stopped
         finally:
+            checkpointer.wait()  # a background save of the last checkpoint is complete before the process ends
             if writer is not None:
                 writer.close()
         # No rank exits before rank 0 has closed its files: a launcher that stops the job on a rank's exit

@@ -14,6 +14,7 @@ candidates tie, and argmax then picks the first).
 import torch
 
 from common import distributed as cdist
+from common.parallel.fsdp import gathered_for_inference
 from common.trainer import to_device
 
 # Extra under which the loop hands the batch's label to the evaluator (see MetricEvaluator).
@@ -103,8 +104,8 @@ def inference_on_dataset(model, loader, evaluator, label=None):
     """Run ``model`` over ``loader`` and return ``evaluator.evaluate()``.
 
     Args:
-        model: the model, DDP-wrapped or not (unwrapped here: ranks may hold different numbers of
-            batches); its training mode is restored afterwards.
+        model: the model, DDP-wrapped or FSDP-sharded or neither (unwrapped here, or its shards gathered for the
+            evaluation: ranks may hold different numbers of batches); its training mode is restored afterwards.
         loader: iterable of :class:`common.data.collate.Batch`.
         evaluator: :class:`DatasetEvaluator`.
         label: the label field, taken out of the model's inputs and handed to the evaluator as the extra
@@ -120,17 +121,18 @@ def inference_on_dataset(model, loader, evaluator, label=None):
     evaluator.reset()
     device = next(model.parameters()).device
     try:
-        for batch in loader:
-            batch = to_device(batch, device)
-            inputs = batch
-            if label is not None:
-                name = label if isinstance(label, str) else batch.names[label]
-                batch.extras[LABEL] = batch.field(name)
-                inputs = batch.without(name)
-            outputs = evaluator.forward(model, inputs)
-            if isinstance(outputs, tuple):  # a model that returns (outputs, loss) in eval mode too
-                outputs = outputs[0]
-            evaluator.process(batch, outputs)
+        with gathered_for_inference(model):
+            for batch in loader:
+                batch = to_device(batch, device)
+                inputs = batch
+                if label is not None:
+                    name = label if isinstance(label, str) else batch.names[label]
+                    batch.extras[LABEL] = batch.field(name)
+                    inputs = batch.without(name)
+                outputs = evaluator.forward(model, inputs)
+                if isinstance(outputs, tuple):  # a model that returns (outputs, loss) in eval mode too
+                    outputs = outputs[0]
+                evaluator.process(batch, outputs)
     finally:
         model.train(was_training)
     return evaluator.evaluate()

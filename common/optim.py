@@ -3,6 +3,7 @@ import math
 from typing import List
 
 import torch
+from torch.distributed.tensor import DTensor
 
 OPTIMIZERS = ("SGD", "Adam", "AdamW")
 STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -168,9 +169,19 @@ class BertAdamW(torch.optim.Optimizer):
                 work_sqs = [exp_avg_sqs[i].float() for i in chunk]
                 update([params[i] for i in chunk], [grads[i] for i in chunk], work_avgs, work_sqs,
                        [step_sizes[i] for i in chunk], group)
-                torch._foreach_copy_([exp_avgs[i] for i in chunk], work_avgs)
-                torch._foreach_copy_([exp_avg_sqs[i] for i in chunk], work_sqs)
+                _copy([exp_avgs[i] for i in chunk], work_avgs)
+                _copy([exp_avg_sqs[i] for i in chunk], work_sqs)
         return loss
+
+
+def _copy(targets, sources):
+    """``targets[i].copy_(sources[i])``: one multi-tensor kernel, or one copy per tensor for FSDP shards (DTensor
+    has no sharding rule for ``_foreach_copy_``)."""
+    if isinstance(targets[0], DTensor):
+        for target, source in zip(targets, sources):
+            target.copy_(source)
+    else:
+        torch._foreach_copy_(targets, sources)
 
 
 def _chunks(tensors, max_numel):

@@ -4,7 +4,8 @@ One optimizer step, as :class:`Trainer` does it (``k = grad_accumulate_steps``):
 
     for each micro-batch of a group:               # groups: k consecutive batches of one epoch
         with autocast(): outputs, loss = net(*batch)   # batch moved to the model's device
-        scaler.backward(loss.mean() / group_size)  # DDP: no_sync() on all but the last one
+        scaler.backward(loss.mean() / group_size)  # DDP: no_sync() on all but the last one; FSDP: no
+                                                   # reduce-scatter on all but the last one
         metrics.update(outputs)
     last micro-batch: scaler.step(optimizer, clip_grad_norm)   # unscale once, clip, step or skip
                       optimizer.zero_grad()
@@ -89,7 +90,7 @@ class Trainer:
     with several elements is averaged).
 
     Args:
-        net: the model (DDP-wrapped or not), in fp32.
+        net: the model (DDP-wrapped, FSDP-sharded (:mod:`common.parallel.fsdp`) or neither), in fp32.
         optimizer: its optimizer.
         loader: iterable of batches with a ``len()``; its ``batch_sampler`` gets ``set_epoch(epoch)``
             each epoch and ``resume(units, m)`` or ``skip(m)`` on a mid-epoch resume when it has them, and
@@ -228,6 +229,8 @@ class Trainer:
             batch = to_device(batch, self.device)
             t1 = time.perf_counter()
             sync = nullcontext() if step_ended or not hasattr(net, "no_sync") else net.no_sync()
+            if hasattr(net, "set_requires_gradient_sync"):  # FSDP2: unsharded gradients accumulate locally
+                net.set_requires_gradient_sync(step_ended)
             with sync:
                 with self.autocast():
                     outputs, loss = net(*batch)

@@ -100,6 +100,12 @@ def common_defaults():
     _C.TRAIN.CLIP_GRAD_NORM = -1.0
     # Micro-batches per optimizer step.
     _C.TRAIN.GRAD_ACCUMULATE_STEPS = 1
+    # (new) Data parallelism over the processes: 'ddp' (every rank holds the whole model) or 'fsdp' (FSDP2:
+    # parameters, gradients and optimizer state sharded over the ranks; docs/fsdp.md).
+    _C.TRAIN.STRATEGY = 'ddp'
+    # (new) 'fsdp' only: write the sharded checkpoints in the background (dcp.async_save); training goes on
+    # once the shards are copied to host memory.
+    _C.TRAIN.ASYNC_CHECKPOINT = False
     # LR per sample: the optimizer's LR is LR x images per step over all GPUs.
     _C.TRAIN.LR = 0.1
     # 'step', 'triangle', 'cosine' (new) or 'plateau'.

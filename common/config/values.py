@@ -87,6 +87,7 @@ SHARED_RULES = {
                          lambda get: "a number in [0, TRAIN.LR ({})]".format(get("TRAIN.LR")), ("TRAIN.LR",)),
     "TRAIN.LABEL_SMOOTHING": PROBABILITY,
     "TRAIN.OPTIM_STATE_DTYPE": one_of("float32", "bfloat16"),
+    "TRAIN.STRATEGY": one_of("ddp", "fsdp"),
     "TRAIN.WARMUP_FACTOR": number_in(0, 1),
     "TRAIN.WARMUP_STEPS": int_at_least(0),
     "TRAIN.WD": number_at_least(0),

@@ -3,7 +3,7 @@ as its own weights."""
 import os
 
 from common import distributed as cdist
-from common.checkpoint import atomic_save, model_state_fp32, unwrap_model
+from common.checkpoint import atomic_save, load_model_state_dict, model_state_fp32, unwrap_model
 from common.logs import get_logger
 
 from .base import HookBase
@@ -32,22 +32,28 @@ class ModelEma(HookBase):
             label position it reuses and whose ``validated`` says when.
         metrics: a fresh validation metrics object (not the monitor's, which later hooks read).
         prefix: ``{output folder}/{MODEL_PREFIX}``.
+        shard: None, or a function that shards a model in place (:func:`common.parallel.fsdp.shard_model`):
+            the EMA copy is sharded as the model will be (pass the model before it is sharded; a sharded
+            model cannot be copied).
     """
 
-    def __init__(self, model, decay, monitor, metrics, prefix):
+    def __init__(self, model, decay, monitor, metrics, prefix, shard=None):
         if not 0 < decay < 1:
             raise ValueError("TRAIN.EMA_DECAY must be in (0, 1), got {}".format(decay))
         from timm.utils import ModelEmaV3  # imported only by runs that ask for EMA (timm takes seconds to import)
 
         self.model = unwrap_model(model)
-        self.ema = ModelEmaV3(self.model, decay=decay)
+        # A sharded model's state mixes DTensor parameters and plain buffers, which one multi-tensor lerp refuses.
+        self.ema = ModelEmaV3(self.model, decay=decay, foreach=shard is None)
+        if shard is not None:
+            shard(self.ema.module)
         self.monitor, self.metrics, self.prefix = monitor, metrics, prefix
 
     def state_dict(self):
         return self.ema.module.state_dict()
 
     def load_state_dict(self, state):
-        self.ema.module.load_state_dict(state)
+        load_model_state_dict(self.ema.module, state, "the checkpoint's EMA weights")
 
     def after_step(self, ctx):
         if ctx.step_applied:
@@ -59,6 +65,7 @@ class ModelEma(HookBase):
         m = self.monitor
         m.val_func(self.ema.module, m.val_loader, self.metrics, m.label_index_in_batch)
         values = dict(self.metrics.get_name_value())
+        weights = model_state_fp32(self.ema.module)  # every rank: gathers the shards of a sharded EMA
         if not cdist.is_main_process():
             return
         logger.info("Epoch[{:d}] \tVal-EMA-".format(ctx.epoch) + "".join(
@@ -67,4 +74,4 @@ class ModelEma(HookBase):
             for name, value in values.items():
                 ctx.writer.add_scalar("Val-EMA-" + name, value, (ctx.epoch + 1) * ctx.batches_per_epoch - 1)
         os.makedirs(os.path.dirname(os.path.abspath(self.prefix)), exist_ok=True)
-        atomic_save({"state_dict": model_state_fp32(self.ema.module)}, ema_checkpoint_path(self.prefix))
+        atomic_save({"state_dict": weights}, ema_checkpoint_path(self.prefix))

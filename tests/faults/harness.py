@@ -19,9 +19,10 @@ def out_dir(model_dir):
     return os.path.join(str(model_dir), "output", "tiny", "train_train")
 
 
-def launch(cfg, model_dir, faults=None, opts=(), nprocs=1, **popen):
-    """Start the tiny task in child processes through the launch scripts (nondist_run.sh / dist_run_single.sh)."""
-    if nprocs == 1:
+def launch(cfg, model_dir, faults=None, opts=(), nprocs=1, dist=False, **popen):
+    """Start the tiny task in child processes through the launch scripts (nondist_run.sh / dist_run_single.sh;
+    ``dist``: dist_run_single.sh for one process too, which then has a process group)."""
+    if nprocs == 1 and not dist:
         cmd = [os.path.join(ROOT, "scripts", "nondist_run.sh"), tiny_task.SCRIPT, cfg, str(model_dir)]
     else:
         cmd = [os.path.join(ROOT, "scripts", "dist_run_single.sh"), str(nprocs), tiny_task.SCRIPT, cfg, str(model_dir)]

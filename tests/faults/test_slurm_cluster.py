@@ -47,11 +47,11 @@ def cluster(tmp_path_factory):
 class Job:
     """One sbatch job of the tiny task through the launcher; its output (all runs) in ``log``."""
 
-    def __init__(self, cluster, folder, name, sbatch_args=(), env=None):
+    def __init__(self, cluster, folder, name, sbatch_args=(), env=None, opts=()):
         tiny_task.write_config(folder)
         self.cluster, self.work, self.log = cluster, folder / "work", str(folder / "job.log")
         command = [LAUNCHER, "debug", name, tiny_task.SCRIPT, str(folder / "tiny.yaml"), str(self.work), "2",
-                   "--opts"] + [str(o) for o in OPTS]
+                   "--opts"] + [str(o) for o in OPTS + tuple(opts)]
         # exec: the launcher is then the batch shell, which --signal=B:... signals
         sbatch = ["sbatch", "--parsable", "--requeue", "--ntasks=2", "--cpus-per-task=1", "--open-mode=append",
                   "-o", self.log, "-J", name, *sbatch_args, "--wrap", "exec " + shlex.join(command)]
@@ -105,6 +105,21 @@ def clean(cluster, tmp_path_factory):
     return job.final_state()
 
 
+@pytest.fixture(scope="module")
+def clean_of(cluster, clean, tmp_path_factory):
+    """``clean_of(strategy)``: the final state of an uninterrupted 2-task job of TRAIN.STRATEGY ``strategy``."""
+    states = {"ddp": clean}
+
+    def get(strategy):
+        if strategy not in states:
+            job = Job(cluster, tmp_path_factory.mktemp("clean_" + strategy), "clean", opts=("TRAIN.STRATEGY", strategy))
+            state, restarts, _ = job.finish()
+            assert (state, restarts) == ("COMPLETED", 0), job.output()[-3000:]
+            states[strategy] = job.final_state()
+        return states[strategy]
+    return get
+
+
 def check_resumed_exactly(job, clean, stops=1):
     """``stops`` preemptions, each resumed at the step where it stopped, and the uninterrupted job's end."""
     out = job.output()
@@ -118,10 +133,13 @@ def check_resumed_exactly(job, clean, stops=1):
 SLOW = {"FAULT_SLOW_BATCH_S": "0.5"}  # the first run's 24 micro-batches take 12 s or more: time to signal it
 
 
-@pytest.mark.parametrize("stop", [["scancel", "--signal=USR1"], ["scancel", "--signal=TERM"], ["scontrol", "requeue"]],
-                         ids=["usr1", "term", "requeue"])
-def test_a_stopped_job_is_requeued_once_and_ends_as_an_uninterrupted_one(cluster, clean, tmp_path, stop):
-    job = Job(cluster, tmp_path, "stop", env=SLOW)
+@pytest.mark.parametrize("stop,strategy", [(["scancel", "--signal=USR1"], "ddp"), (["scancel", "--signal=TERM"], "ddp"),
+                                           (["scontrol", "requeue"], "ddp"), (["scancel", "--signal=USR1"], "fsdp")],
+                         ids=["usr1", "term", "requeue", "usr1-fsdp"])
+def test_a_stopped_job_is_requeued_once_and_ends_as_an_uninterrupted_one(cluster, clean_of, tmp_path, stop, strategy):
+    """fsdp: sharded checkpoint folders, the preemption checkpoint too."""
+    clean = clean_of(strategy)
+    job = Job(cluster, tmp_path, "stop", env=SLOW, opts=("TRAIN.STRATEGY", strategy))
     job.wait_for("Epoch[0] Batch [")
     job.control(*stop)
     state, restarts, seconds = job.finish()

@@ -29,10 +29,13 @@ def _loaded(log, nprocs, first=None):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 @pytest.mark.parametrize("before,after", [(4, 2), (1, 2), (2, 1)])
-def test_resume_on_another_world_size_trains_each_sample_once(tiny_cfg, tmp_path, before, after):
+def test_resume_on_another_world_size_trains_each_sample_once(tiny_cfg, tmp_path, before, after, strategy):
+    """fsdp: sharded checkpoint folders (one rank too: launched with a process group), resharded on resume."""
     work, log = tmp_path / "work", str(tmp_path / "samples")
-    rc, out, err = harness.run(tiny_cfg, work, nprocs=before, opts=OPTS, timeout=300,
+    opts, dist = OPTS + ["TRAIN.STRATEGY", strategy], strategy == "fsdp"
+    rc, out, err = harness.run(tiny_cfg, work, nprocs=before, opts=opts, timeout=300, dist=dist,
                                faults={"FAULT_KILL_AT_BATCH": DONE + 2, "FAULT_SAMPLE_LOG": log + "1"})
     assert rc != 0, err[-2000:]
     names = harness.checkpoint_names(work)
@@ -40,7 +43,8 @@ def test_resume_on_another_world_size_trains_each_sample_once(tiny_cfg, tmp_path
     state = load_checkpoint_file(os.path.join(harness.out_dir(work), names[0]))["train_state"]
     assert (state["world_size"], state["epoch_units"]) == (before, before * DONE * BATCH)
 
-    rc, out, err = harness.run(tiny_cfg, work, nprocs=after, opts=OPTS, timeout=300,
+    assert os.path.isdir(os.path.join(harness.out_dir(work), names[0])) == dist  # sharded: a folder
+    rc, out, err = harness.run(tiny_cfg, work, nprocs=after, opts=opts, timeout=300, dist=dist,
                                faults={"FAULT_SAMPLE_LOG": log + "2"})
     assert rc == 0, err[-3000:]
     trained = _loaded(log + "1", before, DONE * BATCH) + _loaded(log + "2", after)

@@ -1,0 +1,155 @@
+"""Sharded checkpoints of FSDP runs: one folder per checkpoint, each rank writing its own shard with
+``torch.distributed.checkpoint`` (DCP).
+
+A checkpoint of ``TRAIN.STRATEGY: fsdp`` keeps the name of a checkpoint file (``{prefix}-0003.model``, see
+:mod:`common.checkpoint`) but is a folder::
+
+    {prefix}-0003.model/
+        __0_0.distcp, __1_0.distcp, ...   the tensors, each rank's shard (DCP's FileSystemWriter)
+        .metadata                         DCP's index of the shards
+        rest.pt                           everything else (train state, RNG, LR schedule, loss scale, config, the
+                                          optimizer's param groups), written by rank 0, read by the safe loader
+
+Atomic as a file checkpoint: the ranks write into a hidden ``.{name}.<random>.tmp`` folder, renamed to the final
+name only once every shard and the DCP index are complete, so a torn checkpoint never has a checkpoint's name.
+
+Reading (:func:`read_sharded_checkpoint`) gives the dict of a file checkpoint with full tensors, whatever the
+number of ranks that wrote it: every reader of checkpoints (resume under either strategy and any world size,
+``val.py``, ``test.py``, the predictor, ``tools/export.py``) takes a folder as it takes a file.
+"""
+import collections
+import os
+import shutil
+import tempfile
+import uuid
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+from common import distributed as cdist
+from common.safe_load import load_tensors
+
+REST_FILE = "rest.pt"
+_SLOT = "__dcp_tensor__"  # marks where a tensor of the DCP part goes back into the rest's structure
+
+
+def is_sharded_checkpoint(path):
+    """Whether ``path`` is a sharded checkpoint folder (else a checkpoint file or nothing)."""
+    return os.path.isdir(path)
+
+
+def _split(value, path, tensors):
+    """``value`` with each tensor replaced by a slot naming it; the tensors go to ``tensors`` by that name.
+    A container without tensors is returned as it is (a Counter stays a Counter)."""
+    if isinstance(value, torch.Tensor):
+        key = "/".join(str(p) for p in path)
+        tensors[key] = value
+        return {_SLOT: key}
+    if isinstance(value, dict):
+        out = {k: _split(v, path + (k,), tensors) for k, v in value.items()}
+        return value if all(out[k] is v for k, v in value.items()) else out
+    if isinstance(value, (list, tuple)):
+        out = [_split(v, path + (i,), tensors) for i, v in enumerate(value)]
+        return value if all(a is b for a, b in zip(out, value)) else type(value)(out)
+    return value
+
+
+def _join(value, tensors):
+    """Inverse of :func:`_split`."""
+    if isinstance(value, dict):
+        if set(value) == {_SLOT}:
+            return tensors[value[_SLOT]]
+        return {k: _join(v, tensors) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_join(v, tensors) for v in value)
+    return value
+
+
+def _temp_folder(path):
+    """A new hidden folder next to ``path`` for writing it (rank 0 picks the name, every rank gets it)."""
+    name = None
+    if cdist.is_main_process():
+        folder, base = os.path.split(os.path.abspath(path))
+        name = os.path.join(folder, ".{}.{}.tmp".format(base, uuid.uuid4().hex[:8]))
+        os.makedirs(name)
+    return cdist.broadcast_object(name)
+
+
+def _replace(temp, path):
+    """Give the complete folder ``temp`` the name ``path``; an older checkpoint of that name (a folder, or the
+    file of a DDP run) is moved aside first and removed after."""
+    if not os.path.lexists(path):
+        os.rename(temp, path)
+        return
+    old = temp + ".old"
+    os.rename(path, old)
+    os.rename(temp, path)
+    shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
+
+
+class PendingSave:
+    """A save in progress: :meth:`wait` returns once every shard is written and the folders have their names."""
+
+    def __init__(self, future, finish):
+        self.future, self.finish = future, finish
+
+    def wait(self):
+        if self.future is not None:
+            self.future.result()
+            self.future = None
+            self.finish()
+
+
+def save_sharded_checkpoint(ckpt, paths, async_save=False, logger=None):
+    """Write the checkpoint dict ``ckpt`` (tensors possibly DTensor shards) to the folder(s) ``paths`` on every
+    rank: each rank writes its shards, rank 0 the rest; a second path is a copy of the first.
+
+    Args:
+        ckpt: :func:`common.checkpoint.make_checkpoint`'s dict before gathering (model, optimizer and EMA shards).
+        paths: one path or a list.
+        async_save: write the shards in a background thread (``dcp.async_save``): the call returns once the
+            tensors are copied to host memory; the folders get their names when the writes end.
+    Returns:
+        :class:`PendingSave` (call ``wait()`` before the next save and before the process ends).
+    """
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    tensors = {}
+    rest = _split(ckpt, (), tensors)
+    temp = _temp_folder(paths[0])
+    if cdist.is_main_process():
+        torch.save(rest, os.path.join(temp, REST_FILE))
+
+    def finish():
+        if not cdist.is_main_process():
+            return
+        for path in paths[1:]:
+            copy = temp + ".copy"
+            shutil.copytree(temp, copy)
+            _replace(copy, path)
+        _replace(temp, paths[0])
+        if logger is not None:
+            for path in paths:
+                logger.info("Saved checkpoint %s", path)
+
+    if async_save:
+        return PendingSave(dcp.async_save(tensors, checkpoint_id=temp), finish)
+    dcp.save(tensors, checkpoint_id=temp)
+    pending = PendingSave(None, finish)
+    finish()
+    return pending
+
+
+def read_sharded_checkpoint(path):
+    """The checkpoint dict of the folder ``path`` with full tensors on the CPU (one process, no collective).
+
+    Raises:
+        common.safe_load.UnreadableFileError: ``rest.pt`` is missing, unreadable or asks to run code.
+        FileNotFoundError, RuntimeError: DCP's own errors on missing or torn shards.
+    """
+    rest = load_tensors(os.path.join(path, REST_FILE), "checkpoint", allowed_globals=[collections.Counter])
+    with tempfile.TemporaryDirectory() as folder:  # DCP's converter writes one torch file, read back safely
+        single = os.path.join(folder, "full.pt")
+        dcp_to_torch_save(path, single)
+        tensors = load_tensors(single, "checkpoint")
+    return _join(rest, tensors)

@@ -1,0 +1,155 @@
+"""TRAIN.STRATEGY 'fsdp' (FSDP2 shards, common/parallel/fsdp.py) against 'ddp' through the real launcher
+(scripts/dist_run_single.sh, 2 gloo ranks on the CPU) and the tasks' train_end2end.py.
+
+Both strategies compute the same sums in another order (a reduce-scatter then an all-gather instead of an
+all-reduce), so losses and weights agree to float32 rounding: within 1e-5.
+"""
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from common.checkpoint import load_checkpoint_file
+
+from tests import tiny_cls, tiny_vqa
+from tests import tiny_pretrain as tp
+from tests.tiny_vcr import CFG as VCR_CFG, ENTRY as VCR_ENTRY, LAUNCH_ENV, ROOT, output_folder as vcr_output
+from tests.tiny_vcr import tensorboard_scalars_in
+
+DIST_RUN = os.path.join(ROOT, "scripts", "dist_run_single.sh")
+TOL = 1e-5  # float32 rounding of sums taken in another order
+
+
+def launch(entry, cfg, model_dir, opts, nprocs=2):
+    """``scripts/dist_run_single.sh nprocs entry cfg model_dir --opts ...``; fails the test on a non-zero exit."""
+    proc = subprocess.run([DIST_RUN, str(nprocs), entry, cfg, str(model_dir), "--opts"] + [str(o) for o in opts],
+                          env=dict(os.environ, **LAUNCH_ENV), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc
+
+
+def final_checkpoint(folder):
+    """The last epoch checkpoint in an output folder (a file, or a sharded folder of an FSDP run), read on the CPU."""
+    paths = sorted(p for p in glob.glob(os.path.join(folder, "*-[0-9][0-9][0-9][0-9].model")))
+    assert paths, "no epoch checkpoint in {}".format(folder)
+    return load_checkpoint_file(paths[-1])
+
+
+def train_both(tmp_path, entry, cfg, opts, output_of):
+    """Run ``opts`` under each strategy; returns ``{strategy: (scalars, final checkpoint)}``."""
+    runs = {}
+    for strategy in ("ddp", "fsdp"):
+        model_dir = tmp_path / strategy
+        launch(entry, cfg, model_dir, list(opts) + ["TRAIN.STRATEGY", strategy])
+        folder = output_of(model_dir)
+        runs[strategy] = tensorboard_scalars_in(folder), final_checkpoint(folder)
+    return runs
+
+
+def assert_same_training(runs, loss_tag="Train-Loss"):
+    (ddp_scalars, ddp), (fsdp_scalars, fsdp) = runs["ddp"], runs["fsdp"]
+    ddp_loss, fsdp_loss = ddp_scalars[loss_tag], fsdp_scalars[loss_tag]
+    assert [s for s, _ in fsdp_loss] == [s for s, _ in ddp_loss] and len(ddp_loss) >= 2
+    assert [v for _, v in fsdp_loss] == pytest.approx([v for _, v in ddp_loss], abs=TOL, rel=0)
+    for tag in ("Skipped-Steps", "Loss-Scale"):
+        assert fsdp_scalars[tag] == ddp_scalars[tag], tag
+    assert fsdp["train_state"] == ddp["train_state"]
+    assert list(fsdp["state_dict"]) == list(ddp["state_dict"])
+    worst = max(float((fsdp["state_dict"][k].double() - v.double()).abs().max()) for k, v in ddp["state_dict"].items()
+                if v.is_floating_point() and v.numel())
+    assert worst < TOL, worst
+    # the optimizer state, gathered from its shards, has the layout of the DDP run's
+    assert sorted(fsdp["optimizer"]["state"]) == sorted(ddp["optimizer"]["state"])
+    assert fsdp["optimizer"]["param_groups"] == ddp["optimizer"]["param_groups"]
+    return ddp_scalars, fsdp_scalars
+
+
+def test_fsdp_equals_ddp_on_vcr_with_accumulation_and_clipping(tmp_path, tiny_vcr):
+    """The paper VCR config (ResNet backbone with frozen parts, 2 VL-BERT layers, SGD, clipping at 10), k = 2:
+    per-step loss, skipped steps and final weights of 2-rank FSDP = 2-rank DDP."""
+    runs = train_both(tmp_path, VCR_ENTRY, VCR_CFG, tiny_vcr.opts(), vcr_output)
+    ddp_scalars, _ = assert_same_training(runs)
+    assert all(v > 0 for _, v in ddp_scalars["grad-para/Total-Norm"])  # clipping measured a real norm
+    # DDP writes files; FSDP a folder per checkpoint with one shard per rank, none left half-written
+    ddp_out, fsdp_out = vcr_output(tmp_path / "ddp"), vcr_output(tmp_path / "fsdp")
+    best = os.path.join(fsdp_out, "vl-bert_base_a_res101-best.model")
+    assert os.path.isfile(os.path.join(ddp_out, "vl-bert_base_a_res101-best.model")) and os.path.isdir(best)
+    assert sorted(n for n in os.listdir(best) if n.endswith(".distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert not [n for n in os.listdir(fsdp_out) if n.startswith(".")]
+    # vcr/val.py reads the folder as the DDP run's file; the consolidated file holds the folder's dict
+    accuracy = {}
+    for strategy, out in (("ddp", ddp_out), ("fsdp", fsdp_out)):
+        val = subprocess.run([sys.executable, os.path.join(ROOT, "vcr", "val.py"), "--cfg", VCR_CFG, "--ckpt",
+                              os.path.join(out, "vl-bert_base_a_res101-best.model"), "--opts"] + tiny_vcr.opts(),
+                             env=dict(os.environ, **LAUNCH_ENV), capture_output=True, text=True, timeout=300)
+        assert val.returncode == 0, val.stderr[-3000:]
+        accuracy[strategy] = re.search(r"Q->A accuracy on val: ([0-9.]+)", val.stdout).group(1)
+    assert accuracy["fsdp"] == accuracy["ddp"]
+    single = str(tmp_path / "consolidated.model")
+    tool = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "consolidate_checkpoint.py"), best, single],
+                          capture_output=True, text=True, timeout=300)
+    assert tool.returncode == 0, tool.stderr[-3000:]
+    consolidated = torch.load(single, map_location="cpu", weights_only=True)
+    assert sorted(consolidated) == sorted(load_checkpoint_file(best))
+    assert all(torch.equal(v, runs["fsdp"][1]["state_dict"][k]) for k, v in consolidated["state_dict"].items())
+
+
+@pytest.mark.slow
+def test_fsdp_equals_ddp_on_vcr_in_fp16_with_adamw_bf16_state_and_ema(tmp_path, tiny_vcr):
+    """fp16 with a dynamic loss scale from 2**24 (the first steps overflow and are skipped, the same ones under
+    both strategies), AdamW with bfloat16 moments, EMA and gradient checkpointing."""
+    opts = tiny_vcr.opts({"TRAIN.FP16": True, "TRAIN.FP16_LOSS_SCALE": "dynamic", "TRAIN.OPTIMIZER": "AdamW",
+                          "TRAIN.OPTIM_STATE_DTYPE": "bfloat16", "TRAIN.EMA_DECAY": 0.9,
+                          "NETWORK.GRADIENT_CHECKPOINTING": True, "TRAIN.LR": 1e-5})
+    runs = train_both(tmp_path, VCR_ENTRY, VCR_CFG, opts, vcr_output)
+    ddp_scalars, _ = assert_same_training(runs)
+    ema = {s: torch.load(glob.glob(os.path.join(vcr_output(tmp_path / s), "*-ema.model"))[0], weights_only=True)
+           for s in ("ddp", "fsdp")}
+    assert max(float((ema["fsdp"]["state_dict"][k] - v).abs().max()) for k, v in ema["ddp"]["state_dict"].items()
+               if v.is_floating_point()) < TOL
+
+
+@pytest.mark.slow
+def test_fsdp_equals_ddp_on_vqa(tmp_path_factory, tmp_path):
+    inputs = tiny_vqa.make_inputs(tmp_path_factory.mktemp("tiny_vqa"))
+    name = "base_4x16G_fp32"
+    runs = train_both(tmp_path, os.path.join(ROOT, "vqa", "train_end2end.py"), tiny_vqa.CFGS[name], inputs.opts(),
+                      lambda model_dir: tiny_vqa.output_folder(model_dir, name))
+    assert_same_training(runs)
+
+
+@pytest.mark.slow
+def test_fsdp_equals_ddp_on_pretraining(tmp_path, tiny_pretrain):
+    name = "base_e2e_16x16G_fp16.yaml"
+    runs = train_both(tmp_path, tp.ENTRY, tp.cfg_path(name), tp.opts(name, tiny_pretrain),
+                      lambda model_dir: tp.output_folder(model_dir, name))
+    assert_same_training(runs)
+
+
+@pytest.mark.slow
+def test_fsdp_equals_ddp_on_cls_vit(tmp_path):
+    """The cls task's timm ViT: its blocks and the ViT are shard groups."""
+    import demo.make_cls_demo_data as make_cls_demo_data
+
+    data = make_cls_demo_data.write(str(tmp_path / "data"), train=40, test=8)  # 5 steps of 8 images
+    name = "vit_base16_cifar100_1x24G_bf16"
+    opts = tiny_cls.opts(data, name) + ["TRAIN.FP16", "false", "LOG_FREQUENT", "1"]
+    runs = train_both(tmp_path, os.path.join(ROOT, "cls", "train_end2end.py"),
+                      os.path.join(ROOT, "cfgs", "cls", name + ".yaml"), opts,
+                      lambda model_dir: glob.glob(str(model_dir / "output" / "cls" / name / "train_train"))[0])
+    assert_same_training(runs)
+
+
+def test_fsdp_refuses_vlbert_with_the_vit_image_encoder_by_name(tmp_path, tiny_vcr):
+    """Not supported yet (the ranks' all-gathers fall out of step): one error line and exit code 2, not a hang."""
+    from tests.test_vit_end2end import vit_opts
+
+    opts = tiny_vcr.opts() + vit_opts("vcr") + ["TRAIN.STRATEGY", "fsdp"]
+    proc = subprocess.run([DIST_RUN, "2", VCR_ENTRY, VCR_CFG, str(tmp_path), "--opts"] + opts,
+                          env=dict(os.environ, **LAUNCH_ENV), capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert "error: TRAIN.STRATEGY 'fsdp' does not shard VL-BERT with NETWORK.IMAGE_ENCODER 'vit' yet" in proc.stderr
