@@ -60,6 +60,7 @@ TASKS_WITH_BATCH = ("cls", "vcr")
 STEPS = 2  # the optimizer state exists from the first step on: the second is the steady one
 MIB = 2.0 ** 20
 FORWARD_MARK = "memory_estimate/forward"
+DDP_MARK = "memory_estimate/ddp"
 
 
 # --------------------------------------------------------------------------------------------- #
@@ -81,7 +82,10 @@ def load_config(cfg_path, task_name=None, precision=None, checkpointing=False, o
             cfg_path, name, ", ".join(TASKS_WITH_BATCH)))
     __import__(name + ".task")  # registers the task
     task = get_task(name)
-    extra = RANDOM_INIT + (PRECISIONS[precision] if precision else [])
+    defaults = task.defaults()
+    extra = [x for key, value in zip(RANDOM_INIT[::2], RANDOM_INIT[1::2]) if key.split(".")[1] in defaults.NETWORK
+             for x in (key, value)]
+    extra += PRECISIONS[precision] if precision else []
     if checkpointing:
         extra += ["NETWORK.GRADIENT_CHECKPOINTING", "true"]
     return task, task.load_config(cfg_path, extra + list(opts))
@@ -208,15 +212,80 @@ def build_optimizer_for(cfg, model, world_size):
 # --------------------------------------------------------------------------------------------- #
 # The estimate: a step traced on meta (fake) tensors
 # --------------------------------------------------------------------------------------------- #
-class AllTokensReal(torch.utils._python_dispatch.TorchDispatchMode):
-    """Answers the data-dependent ops a trace cannot (``nonzero``: which tokens and boxes are real) as for an
-    all-true mask, the synthetic batch's case."""
+class ShadowValues(torch.utils._python_dispatch.TorchDispatchMode):
+    """Keeps the real values of the small tensors computed from the batch alone (masks, lengths, box counts)
+    next to their fake twins, so that the data-dependent ops of a model (``nonzero``, ``int(mask.sum())``) get
+    the sizes the real step would: an op whose fake inputs all have a real value (and a factory op) is also run
+    on those values, and a fake op that needs values is answered from them. Tensors that touch a weight, and
+    results above :attr:`MAX_NUMEL` elements, get none (nothing large is ever computed).
+
+    Args:
+        fake_mode: the ``FakeTensorMode`` below this mode.
+        values: {fake tensor: its real value} to start from (the batch).
+    """
+    MAX_NUMEL = 1 << 22
+
+    def __init__(self, fake_mode, values):
+        super().__init__()
+        from torch.utils.weak import WeakIdKeyDictionary
+        self.fake_mode = fake_mode
+        self.values = WeakIdKeyDictionary(values)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten.nonzero.default:
-            x = args[0]
-            return torch.empty((x.numel(), x.dim()), dtype=torch.long, device=x.device)
-        return func(*args, **(kwargs or {}))
+        from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
+                                                   FakeTensor, unset_fake_temporarily)
+        from torch.utils._pytree import tree_flatten, tree_map
+        kwargs = kwargs or {}
+        fakes = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, FakeTensor)]
+        known = all(t in self.values for t in fakes)
+
+        def run(stand_in):
+            with unset_fake_temporarily():
+                return func(*tree_map(stand_in, args), **tree_map(stand_in, kwargs))
+        try:
+            out = func(*args, **kwargs)
+        except (DataDependentOutputException, DynamicOutputShapeException):
+            if known:
+                return tree_map(lambda r: self._fake(r) if torch.is_tensor(r) else r, run(self._real))
+            # A value-less input (an activation indexed by a mask): the op on a meta stand-in of it gives the shape.
+            shapes = run(lambda t: self._real(t) if t in self.values else self._meta(t))
+            return tree_map(lambda m: torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device=fakes[0].device)
+                            if torch.is_tensor(m) else m, shapes)
+        if not known or any(torch.is_tensor(o) and o.numel() > self.MAX_NUMEL for o in tree_flatten(out)[0]):
+            return out
+        values = run(self._real)
+        for o, r in zip(tree_flatten(out)[0], tree_flatten(values)[0]):
+            if isinstance(o, FakeTensor) and torch.is_tensor(r):
+                self.values[o] = r
+        return out
+
+    def _real(self, t):
+        from torch._subclasses.fake_tensor import FakeTensor
+        return self.values[t] if isinstance(t, FakeTensor) else t
+
+    @staticmethod
+    def _meta(t):
+        from torch._subclasses.fake_tensor import FakeTensor
+        if not isinstance(t, FakeTensor):
+            return t
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+    def _fake(self, r):
+        fake = self.fake_mode.from_tensor(r)
+        self.values[fake] = r
+        return fake
+
+
+def _memory_tracker():
+    """``torch.distributed._tools.mem_tracker.MemTracker`` without its gradient hooks: it would hook every
+    parameter and fails on a frozen one (a frozen ResNet stage); gradients are then counted as the backward's
+    other tensors, and the totals this tool reads stay the same."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    class Tracker(MemTracker):
+        def _track_module_params_and_buffers(self, module, install_grad_hooks=True):
+            return super()._track_module_params_and_buffers(module, install_grad_hooks=False)
+    return Tracker()
 
 
 def _tracker_total(tracker, device):
@@ -230,7 +299,6 @@ def estimate(task, cfg, world_size, strategy):
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed._tools.mem_tracker import MemTracker
     from common.modeling.module import held_random_init_warnings
 
     fsdp = strategy == "fsdp"
@@ -245,12 +313,14 @@ def estimate(task, cfg, world_size, strategy):
         if fsdp:
             fsdp_shard(model, init_device_mesh("cpu", (world_size,)))
         cpu = torch.device("cpu")
-        with FakeTensorMode(allow_non_fake_inputs=True), AllTokensReal():
-            model.to_empty(device=cpu)
+        real_batch = synthetic_batch(task, cfg)
+        with FakeTensorMode(allow_non_fake_inputs=True) as fake_mode:
+            for module in model.modules():  # each once: a module shared by two parents is swapped once
+                module.to_empty(device=cpu, recurse=False)
+            batch = tuple(fake_mode.from_tensor(t) for t in real_batch)
             optimizer = build_optimizer_for(cfg, model, world_size)
             grads = grads_at_step(model, optimizer)
-            batch = tuple(torch.empty_like(t) for t in synthetic_batch(task, cfg))
-            tracker = FSDPMemTracker(model, optimizer) if fsdp else MemTracker()
+            tracker = FSDPMemTracker(model, optimizer) if fsdp else _memory_tracker()
             if fsdp:
                 tracker.track_inputs(batch)
             else:
@@ -262,7 +332,7 @@ def estimate(task, cfg, world_size, strategy):
                 start = _tracker_total(tracker, cpu)
                 yield
                 live.append(_tracker_total(tracker, cpu) - start)
-            with tracker:
+            with ShadowValues(fake_mode, dict(zip(batch, real_batch))), tracker:
                 for i in range(STEPS):
                     if i:
                         tracker.reset_mod_stats()
@@ -323,7 +393,8 @@ def measure_rank(rank, world_size, cfg_path, task_name, precision, checkpointing
                 fsdp_shard(model)
                 net = model
             elif world_size > 1:
-                net = nn.parallel.DistributedDataParallel(model, find_unused_parameters=task.find_unused_parameters)
+                with record_function(DDP_MARK):  # what DDP allocates: its gradient buckets
+                    net = nn.parallel.DistributedDataParallel(model, find_unused_parameters=task.find_unused_parameters)
             else:
                 net = model
             optimizer = build_optimizer_for(cfg, model, world_size)
@@ -332,10 +403,15 @@ def measure_rank(rank, world_size, cfg_path, task_name, precision, checkpointing
                 train_step(net, optimizer, batch, cfg, lambda: record_function(FORWARD_MARK))
             figures = state_bytes(model, optimizer, grads)
         timeline = allocator_timeline(prof)
-        marks = sorted((e.start_ns(), e.end_ns()) for e in prof.profiler.kineto_results.events()
-                       if e.name() == FORWARD_MARK)
-        start, end = marks[-1]
-        figures.update({"activations": live_at(timeline, end) - live_at(timeline, start),
+        marks = defaultdict(list)
+        for e in prof.profiler.kineto_results.events():
+            marks[e.name()].append((e.start_ns(), e.end_ns()))
+        start, end = max(marks[FORWARD_MARK])
+        buckets = 0
+        if marks[DDP_MARK]:
+            start_ddp, end_ddp = marks[DDP_MARK][0]
+            buckets = live_at(timeline, end_ddp) - live_at(timeline, start_ddp)
+        figures.update({"ddp buckets": buckets, "activations": live_at(timeline, end) - live_at(timeline, start),
                         "peak": max(live for _, live in timeline)})
         with open(os.path.join(out_dir, "rank{}.json".format(rank)), "w") as f:
             json.dump(figures, f)
