@@ -3,6 +3,7 @@ import math
 from typing import List
 
 import torch
+from torch.distributed.tensor import DTensor
 
 OPTIMIZERS = ("SGD", "Adam", "AdamW")
 STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -168,9 +169,19 @@ class BertAdamW(torch.optim.Optimizer):
                 work_sqs = [exp_avg_sqs[i].float() for i in chunk]
                 update([params[i] for i in chunk], [grads[i] for i in chunk], work_avgs, work_sqs,
                        [step_sizes[i] for i in chunk], group)
-                torch._foreach_copy_([exp_avgs[i] for i in chunk], work_avgs)
-                torch._foreach_copy_([exp_avg_sqs[i] for i in chunk], work_sqs)
+                _copy_into([exp_avgs[i] for i in chunk], work_avgs)
+                _copy_into([exp_avg_sqs[i] for i in chunk], work_sqs)
         return loss
+
+
+def _copy_into(dst, src):
+    """``dst[i].copy_(src[i])`` for every i: one multi-tensor copy, or one copy a tensor for DTensors (FSDP
+    shards), for which ``_foreach_copy_`` has no sharding rule."""
+    if isinstance(dst[0], DTensor):
+        for d, s in zip(dst, src):
+            d.copy_(s)
+    else:
+        torch._foreach_copy_(dst, src)
 
 
 def _chunks(tensors, max_numel):
