@@ -288,9 +288,11 @@ def _memory_tracker():
     return Tracker()
 
 
-def _tracker_total(tracker, device):
+def _tracker_total(tracker, device, kind="Total"):
+    """Live bytes on ``device`` of the tracker's category ``kind`` (its value, e.g. 'Unsharded Param'), or of
+    all."""
     snap = tracker.get_tracker_snapshot("current").get(device, {})
-    return snap.get("Total", 0)
+    return sum(v for k, v in snap.items() if getattr(k, "value", k) == kind)
 
 
 def estimate(task, cfg, world_size, strategy):
@@ -325,13 +327,14 @@ def estimate(task, cfg, world_size, strategy):
                 tracker.track_inputs(batch)
             else:
                 tracker.track_external(model, optimizer, *batch)
-            live = []
+            live, gathered = [], []
 
             @contextlib.contextmanager
             def around_forward():
                 start = _tracker_total(tracker, cpu)
                 yield
                 live.append(_tracker_total(tracker, cpu) - start)
+                gathered.append(_tracker_total(tracker, cpu, "Unsharded Param"))
             with ShadowValues(fake_mode, dict(zip(batch, real_batch))), tracker:
                 for i in range(STEPS):
                     if i:
@@ -343,7 +346,8 @@ def estimate(task, cfg, world_size, strategy):
         if fsdp:
             dist.destroy_process_group()
     buckets = ddp_bucket_bytes(model) if strategy == "ddp" and world_size > 1 else 0
-    out.update({"ddp buckets": buckets, "activations": live[-1], "peak": peak + buckets})
+    out.update({"ddp buckets": buckets, "activations": live[-1], "gathered after forward": gathered[-1],
+                "peak": peak + buckets})
     return out
 
 
@@ -452,61 +456,90 @@ def state_total(figures):
 
 
 ROWS = ("parameters", "gradients", "optimizer state", "ddp buckets", "activations", "peak")
+SUM = "params + grads + optimizer"
+
+
+def figure(figures, key):
+    """Bytes of row ``key`` of ``figures`` (one rank's)."""
+    return state_total(figures) - figures.get("ddp buckets", 0) if key == SUM else total(figures.get(key, 0))
 
 
 def report(head, est, measured=None):
-    """The printed table: one row per figure, MiB per rank, estimated and (rank 0) measured."""
-    lines = [head, "{:<32} {:>12}{}".format("per rank", "estimate MiB", "  measured MiB  measured/est."
+    """The printed table of one run: a row per figure, MiB per rank, estimated and (rank 0) measured."""
+    lines = [head, "{:<40} {:>12}{}".format("per rank", "estimate MiB", "  measured MiB  measured/est."
                                            if measured else "")]
-    for key in ROWS + ("params + grads + optimizer",):
-        e = state_total(est) if key.startswith("params +") else total(est.get(key, 0))
+    for key in ROWS + (SUM,):
         detail = ""
         if isinstance(est.get(key), dict) and est[key]:
-            detail = " (" + ", ".join("{} {:.1f}".format(d, b / MIB) for d, b in sorted(est[key].items())) + ")"
-        line = "{:<32} {:>12.1f}".format(key + detail, e / MIB)
+            detail = " (" + ", ".join("{} {:.1f}".format(d, b / MIB) for d, b in sorted(est[key].items())
+                                      if b >= MIB / 10) + ")"
+        if key == "activations" and est.get("gathered after forward"):
+            detail = " (of which gathered parameters {:.1f})".format(est["gathered after forward"] / MIB)
+        e = figure(est, key)
+        line = "{:<40} {:>12.1f}".format(key + detail, e / MIB)
         if measured:
-            m = state_total(measured[0]) if key.startswith("params +") else total(measured[0].get(key, 0))
+            m = figure(measured[0], key)
             line += "  {:>12.1f}  {:>13}".format(m / MIB, "{:.3f}".format(m / e) if e else "-")
         lines.append(line)
+    return "\n".join(lines)
+
+
+def markdown(runs):
+    """A Markdown table of ``runs`` [(world size, strategy, estimate)], GiB per rank."""
+    lines = ["| ranks | strategy | parameters | gradients | optimizer state | DDP buckets | activations | peak | "
+             "params + grads + optimizer vs DDP |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    ddp = {n: figure(est, SUM) for n, strategy, est in runs if strategy == "ddp"}
+    for n, strategy, est in runs:
+        cells = ["{:.2f}".format(figure(est, key) / 2.0 ** 30) for key in ROWS]
+        ratio = "{:.3f} (1/N = {:.3f})".format(figure(est, SUM) / ddp[n], 1 / n) if n in ddp and strategy == "fsdp" \
+            else "-"
+        lines.append("| {} | {} | {} | {} |".format(n, strategy, " | ".join(cells), ratio))
     return "\n".join(lines)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cfg", required=True, help="the YAML config")
-    parser.add_argument("--world-size", type=int, default=1, help="ranks (default 1)")
-    parser.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp")
+    parser.add_argument("--world-size", type=int, nargs="+", default=[1], help="ranks, one or more (default 1)")
+    parser.add_argument("--strategy", choices=("ddp", "fsdp"), nargs="+", default=["ddp"], help="one or both")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), help="autocast dtype (default: the config's)")
     parser.add_argument("--checkpointing", action="store_true", help="NETWORK.GRADIENT_CHECKPOINTING true")
     parser.add_argument("--task", choices=TASKS_WITH_BATCH, help="the task (default: the folder of --cfg)")
     parser.add_argument("--measure", action="store_true",
                         help="also run the step in --world-size real CPU processes (gloo) and measure it")
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table (GiB per rank)")
     parser.add_argument("--json", help="write the figures as JSON to this file")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
     args = parser.parse_args(argv)
-    if args.world_size < 1:
-        parser.error("--world-size: expected at least 1, got {}".format(args.world_size))
+    if min(args.world_size) < 1:
+        parser.error("--world-size: expected at least 1, got {}".format(min(args.world_size)))
     try:
         task, cfg = load_config(args.cfg, args.task, args.precision, args.checkpointing, args.opts)
     except (UserInputError, ValueError, KeyError) as e:
         print("error: {}".format(e), file=sys.stderr)
         return 2
-    t0 = time.perf_counter()
-    est = estimate(task, cfg, args.world_size, args.strategy)
-    traced_s = time.perf_counter() - t0
-    measured = None
-    if args.measure:
-        measured = measure(args.cfg, task.name, args.precision, args.checkpointing, args.opts, args.world_size,
-                           args.strategy)
-    head = "{} on {} rank(s), {}, {}, gradient checkpointing {}, micro-batch {} per rank (traced in {:.0f} s)".format(
-        args.cfg, args.world_size, args.strategy, precision_of(cfg), "on" if cfg.NETWORK.GRADIENT_CHECKPOINTING
-        else "off", cfg.TRAIN.BATCH_IMAGES, traced_s)
-    print(report(head, est, measured))
+    runs, results = [], []
+    for n in args.world_size:
+        for strategy in args.strategy:
+            t0 = time.perf_counter()
+            est = estimate(task, cfg, n, strategy)
+            traced_s = time.perf_counter() - t0
+            measured = measure(args.cfg, task.name, args.precision, args.checkpointing, args.opts, n, strategy) \
+                if args.measure else None
+            runs.append((n, strategy, est))
+            results.append({"world_size": n, "strategy": strategy, "estimate": est, "measured": measured})
+            if not args.markdown:
+                print(report("{} on {} rank(s), {}, {}, gradient checkpointing {}, micro-batch {} per rank (traced in "
+                             "{:.0f} s)".format(args.cfg, n, strategy, precision_of(cfg), "on" if
+                                               cfg.NETWORK.GRADIENT_CHECKPOINTING else "off",
+                                               cfg.TRAIN.BATCH_IMAGES, traced_s), est, measured), flush=True)
+    if args.markdown:
+        print(markdown(runs))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cfg": args.cfg, "world_size": args.world_size, "strategy": args.strategy,
-                       "precision": precision_of(cfg), "checkpointing": bool(cfg.NETWORK.GRADIENT_CHECKPOINTING),
-                       "estimate": est, "measured": measured}, f, indent=1)
+            json.dump({"cfg": args.cfg, "precision": precision_of(cfg), "micro_batch": cfg.TRAIN.BATCH_IMAGES,
+                       "checkpointing": bool(cfg.NETWORK.GRADIENT_CHECKPOINTING), "runs": results}, f, indent=1)
     return 0
 
 
