@@ -18,7 +18,7 @@ FIGURES = ("parameters", "gradients", "optimizer state", "ddp buckets", "activat
 def run_tool(tmp_path, *args):
     """The tool's JSON output of a run with ``args`` (exit code 0 expected)."""
     out = tmp_path / "memory.json"
-    done = subprocess.run([sys.executable, TOOL, *args, "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, TOOL, "--json", str(out), *args], cwd=ROOT, capture_output=True, text=True,
                           env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())
@@ -56,7 +56,7 @@ def test_fsdp_bf16_state_and_checkpointing_on_2_ranks_match_the_measured_step(tm
     """The ViT demo in bf16 with bf16 AdamW moments and gradient checkpointing, DDP and FSDP on 2 gloo ranks."""
     saved = run_tool(tmp_path, "--cfg", "cfgs/cls/demo_cpu.yaml", "--world-size", "2", "--strategy", "ddp", "fsdp",
                      "--precision", "bf16", "--checkpointing", "--measure",
-                     "--opts", "TRAIN.OPTIM_STATE_DTYPE", "bfloat16", "TRAIN.BATCH_IMAGES", "8")
+                     "--opts", "TRAIN.OPTIM_STATE_DTYPE", "bfloat16")
     assert saved["precision"] == "bf16" and saved["checkpointing"] is True
     runs = saved["runs"]
     for run in runs:
@@ -89,11 +89,13 @@ def test_checkpointing_shrinks_the_traced_activations_of_the_vlbert_demo(tmp_pat
     assert ckpt["activations"] < 0.8 * plain["activations"]
 
 
+@pytest.mark.slow
 def test_fsdp_share_on_8_ranks_traced(tmp_path):
-    runs = run_tool(tmp_path, "--cfg", "cfgs/cls/demo_cpu.yaml", "--world-size", "8", "--strategy", "ddp", "fsdp",
-                    "--opts", "TRAIN.BATCH_IMAGES", "2")["runs"]
+    """The VL-BERT demo on 8 ranks (FSDP2 pads each parameter's first dim to a multiple of 8: a few percent here;
+    the tiny ViT's 1-row position embedding, whole on every rank, would take 10%)."""
+    runs = run_tool(tmp_path, "--cfg", "cfgs/vcr/demo_q2a_cpu.yaml", "--world-size", "8", "--strategy", "ddp", "fsdp",
+                    "--opts", "TRAIN.BATCH_IMAGES", "1")["runs"]
     check_fsdp_share(runs)
-    assert state(runs[1]["estimate"]) < state(runs[0]["estimate"]) / 4
 
 
 def test_a_task_without_a_synthetic_batch_is_one_error_line(tmp_path):
