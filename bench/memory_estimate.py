@@ -134,21 +134,21 @@ def fsdp_shard(model, mesh=None):
     return model
 
 
-def autocast_of(cfg):
-    """The CPU autocast context of the config's precision (a null context in fp32)."""
+def autocast_of(cfg, device_type="cpu"):
+    """The autocast context of the config's precision on ``device_type`` (a null context in fp32)."""
     precision = precision_of(cfg)
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast("cpu", dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+    return torch.autocast(device_type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
 
 
-def train_step(model, optimizer, batch, cfg, around_forward=contextlib.nullcontext):
+def train_step(model, optimizer, batch, cfg, around_forward=contextlib.nullcontext, device_type="cpu"):
     """One optimizer step of one micro-batch as the engine's: forward under autocast, the mean loss backward,
     clipping at ``TRAIN.CLIP_GRAD_NORM`` (> 0), the optimizer step, gradients set to None. The loss scale is
     left out (a scalar; unscaling is in place) and so is the skip test (it reads a value, which a trace has
     not). ``around_forward()`` is entered around the forward (markers, tracker snapshots)."""
     with around_forward():
-        with autocast_of(cfg):
+        with autocast_of(cfg, device_type):
             _, loss = model(*batch)
         loss = loss.mean()
     loss.backward()
@@ -375,57 +375,96 @@ def live_at(timeline, t_ns):
     return value
 
 
-def measure_rank(rank, world_size, cfg_path, task_name, precision, checkpointing, opts, strategy, port, out_dir):
-    """One rank of ``--measure`` (a process of ``torch.multiprocessing.spawn``): writes its figures as JSON to
-    ``out_dir/rank<rank>.json``."""
-    import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile, record_function
+def _build_for_measure(task, cfg, strategy, world_size, device, ddp_mark):
+    """(model, the module the step calls, optimizer, its gradient list) on ``device`` as the engine builds them:
+    DDP on more than one rank (built inside ``ddp_mark()``), or :func:`fsdp_shard`."""
     from common.modeling.module import held_random_init_warnings
+    with held_random_init_warnings():
+        model = task.build_model(cfg).to(device)
+    model.train()
+    net = model
+    if strategy == "fsdp":
+        fsdp_shard(model)
+    elif world_size > 1:
+        with ddp_mark():
+            net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                                      find_unused_parameters=task.find_unused_parameters)
+    optimizer = build_optimizer_for(cfg, model, world_size)
+    return model, net, optimizer, grads_at_step(model, optimizer)
 
+
+def measure_cpu(task, cfg, strategy, world_size):
+    """This rank's figures of the step on the CPU: tensor bytes as :func:`state_bytes`; DDP's buckets, the
+    activations and the peak from the CPU allocator's events (``torch.profiler``, ``profile_memory``)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        batch = synthetic_batch(task, cfg)
+        model, net, optimizer, grads = _build_for_measure(task, cfg, strategy, world_size, torch.device("cpu"),
+                                                          lambda: record_function(DDP_MARK))
+        for _ in range(STEPS):
+            train_step(net, optimizer, batch, cfg, lambda: record_function(FORWARD_MARK))
+        figures = state_bytes(model, optimizer, grads)
+    timeline = allocator_timeline(prof)
+    marks = defaultdict(list)
+    for e in prof.profiler.kineto_results.events():
+        marks[e.name()].append((e.start_ns(), e.end_ns()))
+
+    def growth(mark, which):
+        start, end = which(marks[mark]) if marks[mark] else (0, 0)
+        return live_at(timeline, end) - live_at(timeline, start)
+    figures.update({"ddp buckets": growth(DDP_MARK, min), "activations": growth(FORWARD_MARK, max),
+                    "peak": max(live for _, live in timeline)})
+    return figures
+
+
+def measure_cuda(task, cfg, strategy, world_size, device):
+    """This rank's figures of the step on the GPU ``device``: as :func:`measure_cpu`, from the CUDA caching
+    allocator's counts (``memory_allocated``, ``max_memory_allocated``)."""
+    torch.cuda.set_device(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    growth = defaultdict(int)
+
+    @contextlib.contextmanager
+    def counted(name):
+        start = torch.cuda.memory_allocated(device)
+        yield
+        growth[name] = torch.cuda.memory_allocated(device) - start
+    batch = tuple(t.to(device) for t in synthetic_batch(task, cfg))
+    model, net, optimizer, grads = _build_for_measure(task, cfg, strategy, world_size, device,
+                                                      lambda: counted("ddp buckets"))
+    for _ in range(STEPS):
+        train_step(net, optimizer, batch, cfg, lambda: counted("activations"), device_type="cuda")
+    figures = state_bytes(model, optimizer, grads)
+    figures.update({"ddp buckets": growth["ddp buckets"], "activations": growth["activations"],
+                    "peak": torch.cuda.max_memory_allocated(device) - base})
+    return figures
+
+
+def measure_rank(rank, world_size, cfg_path, task_name, precision, checkpointing, opts, strategy, port, out_dir,
+                 device_type="cpu"):
+    """One rank of ``--measure`` (a process of ``torch.multiprocessing.spawn``; gloo on the CPU, NCCL on GPU
+    ``rank``): writes its figures as JSON to ``out_dir/rank<rank>.json``."""
+    import torch.distributed as dist
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    cuda = device_type == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world_size,
+                            device_id=torch.device("cuda", rank) if cuda else None)
     try:
         task, cfg = load_config(cfg_path, task_name, precision, checkpointing, opts)
         torch.manual_seed(cfg.RNG_SEED + rank)
-        batch = synthetic_batch(task, cfg)
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            with held_random_init_warnings():
-                model = task.build_model(cfg)
-            model.train()
-            if strategy == "fsdp":
-                fsdp_shard(model)
-                net = model
-            elif world_size > 1:
-                with record_function(DDP_MARK):  # what DDP allocates: its gradient buckets
-                    net = nn.parallel.DistributedDataParallel(model, find_unused_parameters=task.find_unused_parameters)
-            else:
-                net = model
-            optimizer = build_optimizer_for(cfg, model, world_size)
-            grads = grads_at_step(model, optimizer)
-            for _ in range(STEPS):
-                train_step(net, optimizer, batch, cfg, lambda: record_function(FORWARD_MARK))
-            figures = state_bytes(model, optimizer, grads)
-        timeline = allocator_timeline(prof)
-        marks = defaultdict(list)
-        for e in prof.profiler.kineto_results.events():
-            marks[e.name()].append((e.start_ns(), e.end_ns()))
-        start, end = max(marks[FORWARD_MARK])
-        buckets = 0
-        if marks[DDP_MARK]:
-            start_ddp, end_ddp = marks[DDP_MARK][0]
-            buckets = live_at(timeline, end_ddp) - live_at(timeline, start_ddp)
-        figures.update({"ddp buckets": buckets, "activations": live_at(timeline, end) - live_at(timeline, start),
-                        "peak": max(live for _, live in timeline)})
+        figures = measure_cuda(task, cfg, strategy, world_size, torch.device("cuda", rank)) if cuda else \
+            measure_cpu(task, cfg, strategy, world_size)
         with open(os.path.join(out_dir, "rank{}.json".format(rank)), "w") as f:
             json.dump(figures, f)
     finally:
         dist.destroy_process_group()
 
 
-def measure(cfg_path, task_name, precision, checkpointing, opts, world_size, strategy):
-    """The per-rank figures of ``world_size`` real CPU processes (gloo), as :func:`estimate` gives them:
-    a list, one dict per rank."""
+def measure(cfg_path, task_name, precision, checkpointing, opts, world_size, strategy, device_type="cpu"):
+    """The per-rank figures of ``world_size`` real processes (CPU: gloo; ``device_type`` 'cuda': NCCL, one GPU
+    a rank), as :func:`estimate` gives them: a list, one dict per rank."""
     import socket
     import torch.multiprocessing as mp
     with socket.socket() as s:
@@ -433,7 +472,7 @@ def measure(cfg_path, task_name, precision, checkpointing, opts, world_size, str
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as out_dir:
         mp.spawn(measure_rank, args=(world_size, cfg_path, task_name, precision, checkpointing, list(opts), strategy,
-                                     port, out_dir), nprocs=world_size)
+                                     port, out_dir, device_type), nprocs=world_size)
         ranks = []
         for rank in range(world_size):
             with open(os.path.join(out_dir, "rank{}.json".format(rank))) as f:
@@ -507,7 +546,9 @@ def main(argv=None):
     parser.add_argument("--checkpointing", action="store_true", help="NETWORK.GRADIENT_CHECKPOINTING true")
     parser.add_argument("--task", choices=TASKS_WITH_BATCH, help="the task (default: the folder of --cfg)")
     parser.add_argument("--measure", action="store_true",
-                        help="also run the step in --world-size real CPU processes (gloo) and measure it")
+                        help="also run the step in --world-size real processes and measure it")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="of --measure: CPU processes (gloo) or one GPU a rank (NCCL); default cpu")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table (GiB per rank)")
     parser.add_argument("--json", help="write the figures as JSON to this file")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
@@ -525,8 +566,8 @@ def main(argv=None):
             t0 = time.perf_counter()
             est = estimate(task, cfg, n, strategy)
             traced_s = time.perf_counter() - t0
-            measured = measure(args.cfg, task.name, args.precision, args.checkpointing, args.opts, n, strategy) \
-                if args.measure else None
+            measured = measure(args.cfg, task.name, args.precision, args.checkpointing, args.opts, n, strategy,
+                               args.device) if args.measure else None
             runs.append((n, strategy, est))
             results.append({"world_size": n, "strategy": strategy, "estimate": est, "measured": measured})
             if not args.markdown:
