@@ -51,6 +51,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from common.errors import UserInputError  # noqa: E402
+from common.optim import build_optimizer  # noqa: E402
 
 PRECISIONS = {"fp32": ["TRAIN.FP16", "false"], "fp16": ["TRAIN.FP16", "true", "TRAIN.FP16_DTYPE", "float16"],
               "bf16": ["TRAIN.FP16", "true", "TRAIN.FP16_DTYPE", "bfloat16"]}
@@ -215,11 +216,6 @@ def ddp_bucket_bytes(model):
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
-def build_optimizer_for(cfg, model, world_size):
-    from common.optim import build_optimizer
-    return build_optimizer(cfg, model, world_size)
-
-
 # --------------------------------------------------------------------------------------------- #
 # The estimate: a step traced on meta (fake) tensors
 # --------------------------------------------------------------------------------------------- #
@@ -259,7 +255,7 @@ class ShadowValues(torch.utils._python_dispatch.TorchDispatchMode):
             if known:
                 return tree_map(lambda r: self._fake(r) if torch.is_tensor(r) else r, run(self._real))
             # A value-less input (an activation indexed by a mask): the op on a meta stand-in of it gives the shape.
-            shapes = run(lambda t: self._real(t) if t in self.values else self._meta(t))
+            shapes = run(lambda t: self._real(t) if isinstance(t, FakeTensor) and t in self.values else self._meta(t))
             return tree_map(lambda m: torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device=fakes[0].device)
                             if torch.is_tensor(m) else m, shapes)
         if not known or any(torch.is_tensor(o) and o.numel() > self.MAX_NUMEL for o in tree_flatten(out)[0]):
@@ -331,7 +327,7 @@ def estimate(task, cfg, world_size, strategy):
             for module in model.modules():  # each once: a module shared by two parents is swapped once
                 module.to_empty(device=cpu, recurse=False)
             batch = tuple(fake_mode.from_tensor(t) for t in real_batch)
-            optimizer = build_optimizer_for(cfg, model, world_size)
+            optimizer = build_optimizer(cfg, model, world_size)
             grads = grads_at_step(model, optimizer)
             tracker = FSDPMemTracker(model, optimizer) if fsdp else _memory_tracker()
             if fsdp:
@@ -400,7 +396,7 @@ def _build_for_measure(task, cfg, strategy, world_size, device, ddp_mark):
         with ddp_mark():
             net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                                       find_unused_parameters=task.find_unused_parameters)
-    optimizer = build_optimizer_for(cfg, model, world_size)
+    optimizer = build_optimizer(cfg, model, world_size)
     return model, net, optimizer, grads_at_step(model, optimizer)
 
 
