@@ -530,18 +530,25 @@ def report(head, est, measured=None):
     return "\n".join(lines)
 
 
-def markdown(runs):
-    """A Markdown table of ``runs`` [(world size, strategy, estimate)], GiB per rank."""
-    lines = ["| ranks | strategy | parameters | gradients | optimizer state | DDP buckets | activations | peak | "
-             "params + grads + optimizer vs DDP |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    ddp = {n: figure(est, SUM) for n, strategy, est in runs if strategy == "ddp"}
-    for n, strategy, est in runs:
-        cells = ["{:.2f}".format(figure(est, key) / 2.0 ** 30) for key in ROWS]
-        ratio = "{:.3f} (1/N = {:.3f})".format(figure(est, SUM) / ddp[n], 1 / n) if n in ddp and strategy == "fsdp" \
-            else "-"
-        lines.append("| {} | {} | {} | {} |".format(n, strategy, " | ".join(cells), ratio))
+def markdown(label, runs):
+    """A Markdown table of ``runs`` [(world size, strategy, estimate)] of the config ``label``: a row per
+    strategy, per world size parameters + gradients + optimizer state (+ DDP's buckets) / activations / peak,
+    GiB per rank."""
+    sizes = sorted({n for n, _, _ in runs})
+    gib = lambda b: "{:.2f}".format(b / 2.0 ** 30)  # noqa: E731
+    lines = ["| config | strategy | " + " | ".join("{} rank{}".format(n, "s" if n > 1 else "") for n in sizes) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in sizes) + " |"]
+    for strategy in dict.fromkeys(s for _, s, _ in runs):
+        cells = {n: "{} / {} / {}".format(gib(state_total(est)), gib(est["activations"]), gib(est["peak"]))
+                 for n, s, est in runs if s == strategy}
+        lines.append("| {} | {} | {} |".format(label, strategy, " | ".join(cells.get(n, "-") for n in sizes)))
     return "\n".join(lines)
+
+
+def config_label(cfg_path, cfg):
+    """The config's file name, and for a timm model its architecture."""
+    name = os.path.splitext(os.path.basename(cfg_path))[0]
+    return name + (" ({})".format(cfg.NETWORK.ARCH) if "ARCH" in cfg.NETWORK else "")
 
 
 def main(argv=None):
@@ -556,7 +563,9 @@ def main(argv=None):
                         help="also run the step in --world-size real processes and measure it")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="of --measure: CPU processes (gloo) or one GPU a rank (NCCL); default cpu")
-    parser.add_argument("--markdown", action="store_true", help="print a Markdown table (GiB per rank)")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print a Markdown table: per world size parameters + gradients + optimizer state "
+                             "(+ DDP buckets) / activations / peak, GiB per rank")
     parser.add_argument("--json", help="write the figures as JSON to this file")
     parser.add_argument("--opts", nargs=argparse.REMAINDER, default=[], help="config overrides KEY VALUE ...")
     args = parser.parse_args(argv)
@@ -583,7 +592,7 @@ def main(argv=None):
                                                cfg.NETWORK.GRADIENT_CHECKPOINTING else "off",
                                                cfg.TRAIN.BATCH_IMAGES, traced_s), est, measured), flush=True)
     if args.markdown:
-        print(markdown(runs))
+        print(markdown(config_label(args.cfg, cfg), runs))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"cfg": args.cfg, "precision": precision_of(cfg), "micro_batch": cfg.TRAIN.BATCH_IMAGES,
