@@ -20,7 +20,9 @@ Steps (``--list`` prints them):
 * ``throughput-<fp32|fp16|bf16>``: ``bench/throughput.py`` on the base Q->A paper config at its real sizes;
 * ``vit-<bf16|fp16>``: ``bench/vit_step.py``, ViT-B/16 at 224 px, batch 64;
 * ``adamw``: ``bench/adamw_step.py``, BertAdamW's multi-tensor step against one tensor at a time;
-* ``sdpa``: ``bench/sdpa_backend.py``, which attention kernel runs in the VL-BERT encoder and the ViT.
+* ``sdpa``: ``bench/sdpa_backend.py``, which attention kernel runs in the VL-BERT encoder and the ViT;
+* ``fsdp-memory``: ``bench/memory_estimate.py --measure``, the ViT demo's step under DDP and FSDP on 2 GPUs (one
+  when the machine has one) against its trace on meta tensors (:func:`step_fsdp_memory`).
 
 ``--dry-run`` runs the same steps on the CPU (GPUs hidden) at tiny sizes, fp32 in place of fp16 (the CPU's fp16
 convolutions are ~10x slower) and bf16 vs fp32 for the agreement, in about 3 minutes on 2 cores: the proof that the
@@ -459,6 +461,54 @@ def step_sdpa(suite, row):
             row.figures["{} {} possible".format(model, dtype)] = "+".join(what["possible"]) or "none"
 
 
+# Measured / estimated memory of the fsdp-memory step: the CPU's allocator counts what the trace counts; the GPU
+# adds kernel workspaces (cuBLAS, cuDNN) and other attention kernels than the CPU's trace.
+MEMORY_TOLERANCE = {"cpu": 0.10, "cuda": 0.25}
+
+
+def step_fsdp_memory(suite, row):
+    """The ViT demo (bf16) one step under DDP and FSDP (``bench/memory_estimate.py --measure``) on 2 ranks: 2 GPUs
+    (NCCL needs one a rank), or 1 when the machine has one; the dry run: 2 CPU processes (gloo). Fails when a
+    rank's parameters, gradients, optimizer state or peak differ from the trace by more than
+    :data:`MEMORY_TOLERANCE`, or FSDP's parameters + gradients + optimizer state exceed 1/N of DDP's + 5%."""
+    import torch
+    ranks = 2 if suite.dry else min(2, torch.cuda.device_count())
+    result = os.path.join(suite.step_dir(row.step), "memory.json")
+    suite.run([suite.python, "bench/memory_estimate.py", "--cfg", "cfgs/cls/demo_cpu.yaml", "--world-size", ranks,
+               "--strategy", "ddp", "fsdp", "--precision", "bf16", "--measure", "--device", suite.device,
+               "--json", result], env=suite.train_env)
+    with open(result) as f:
+        runs = {r["strategy"]: r for r in json.load(f)["runs"]}
+    tolerance = MEMORY_TOLERANCE[suite.device]
+    row.figures["ranks"] = ranks if ranks == 2 else "1 (one GPU: the 2-rank run needs 2)"
+    problems = []
+    for strategy, run in runs.items():
+        est = run["estimate"]
+        worst = max(run["measured"], key=lambda m: m["peak"])
+        row.figures["{} peak MiB est./meas.".format(strategy)] = "{:.1f}/{:.1f}".format(est["peak"] / 2 ** 20,
+                                                                                       worst["peak"] / 2 ** 20)
+        for key in ("parameters", "gradients", "optimizer state", "peak"):
+            for m in run["measured"]:
+                e, got = memory_total(est[key]), memory_total(m[key])
+                if abs(got - e) > tolerance * e:
+                    problems.append("{} {}: measured {} B, traced {} B".format(strategy, key, got, e))
+    ddp, fsdp = (memory_state(runs[s]["estimate"]) for s in ("ddp", "fsdp"))
+    row.figures["fsdp/ddp params+grads+optimizer"] = "{:.3f} (1/N = {:.3f})".format(fsdp / ddp, 1 / ranks)
+    if fsdp > ddp / ranks * 1.05:
+        problems.append("fsdp holds {:.3f} of ddp's parameters + gradients + optimizer state".format(fsdp / ddp))
+    if problems:
+        raise StepFailed("; ".join(problems[:3]))
+
+
+def memory_total(value):
+    """Bytes of a figure of bench/memory_estimate.py's JSON: a number or a {dtype: bytes} dict."""
+    return sum(value.values()) if isinstance(value, dict) else value
+
+
+def memory_state(figures):
+    return sum(memory_total(figures[k]) for k in ("parameters", "gradients", "optimizer state"))
+
+
 def steps():
     """Every step, in the order they run (the parallel ones together after ``inputs``)."""
     out = [Step("env", "tools/check_env.py", step_env, 60, 60),
@@ -472,6 +522,8 @@ def steps():
                             step_e2e(task, precision), 200, 150, precision, parallel=True, needs_inputs=True))
     out.append(Step("ddp-vcr-fp16", "scripts/dist_run_single.sh 1 vcr/train_end2end.py: NCCL + DDP, 1 epoch",
                     step_ddp, 200, 150, "fp16", parallel=True, needs_inputs=True))
+    out.append(Step("fsdp-memory", "bench/memory_estimate.py --measure: ViT demo, DDP and FSDP on 2 ranks",
+                    step_fsdp_memory, 150, 240, "bf16", parallel=True))
     for precision in ("fp32", "fp16", "bf16"):
         out.append(Step("throughput-" + precision, "bench/throughput.py base Q->A (ResNet-101, 12 x 768)",
                         step_throughput(precision), 150, 150, precision))

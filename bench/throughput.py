@@ -110,9 +110,10 @@ def path_cfg(cfg, impl):
     return cfg
 
 
-def synthetic_items(cfg, count, seed=0, varied=False):
+def synthetic_items(cfg, count, seed=0, varied=False, longest=False):
     """``count`` VCR Q->A training items (tuples in the dataset's ``data_names`` order) of realistic sizes;
-    images 3:2, or of widths drawn from 4:3 of the short side to the SCALES long side when ``varied``.
+    images 3:2, or of widths drawn from 4:3 of the short side to the SCALES long side when ``varied``;
+    ``longest``: every question, answer and object count at the top of its range (no padding in a batch).
 
     Raises:
         ValueError: a config whose task is not Q2A (the items hold answers, not rationales).
@@ -128,7 +129,7 @@ def synthetic_items(cfg, count, seed=0, varied=False):
     image_box = cfg.DATASET.ADD_IMAGE_AS_A_BOX
 
     def randint(lo, hi):
-        return int(torch.randint(lo, hi + 1, (1,), generator=g))
+        return hi if longest else int(torch.randint(lo, hi + 1, (1,), generator=g))
 
     def text(length, boxes):
         ids = torch.randint(1000, vocab, (length,), generator=g)
