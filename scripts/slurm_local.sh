@@ -125,6 +125,8 @@ remove_network() {
                 cat "$DIR/hosts.tmp" >/etc/hosts && rm -f "$DIR/hosts.tmp" ;;
             netns)  # job processes that outlived their slurmd keep a namespace alive
                 for pid in $(ip netns pids "$name" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+                # the veth pair goes synchronously with its root side (with the namespace it goes later)
+                ip link del "slveth${name#"$NETNS_PREFIX"}" 2>/dev/null || true
                 ip netns del "$name" 2>/dev/null || true ;;
             bridge) ip link del "$name" 2>/dev/null || true ;;
         esac
