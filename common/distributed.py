@@ -7,7 +7,10 @@ Every helper also works when no process group exists (a single process is rank 0
 import argparse
 import datetime
 import os
+import socket
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +30,11 @@ SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000
 # The key under which rank 0 stores its SLURM job id in the rendezvous store.
 JOB_KEY = "slurm_job_id"
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+# The exit code of a rank whose collective failed because a peer is gone (common.engine.train_net).
+PEER_LOST_EXIT_CODE = 4
+# After a collective failed, the ranks that still reach the rendezvous store check in for this long; the
+# others are named as lost (:func:`report_lost_peers`).
+CHECK_IN_S = 5
 
 
 def add_launcher_args(parser):
@@ -184,7 +192,63 @@ def init_distributed(distributed=True, slurm=False, timeout_s=DEFAULT_TIMEOUT_S)
         rendezvous = {"store": job_store(rank, world_size, timeout)} if slurm else {"init_method": "env://"}
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=timeout,
                                 device_id=device if backend == "nccl" else None, **rendezvous)
+        # each rank's host, for naming a lost peer (report_lost_peers)
+        dist.distributed_c10d._get_default_store().set("host/{}".format(rank), socket.gethostname())
     return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
+
+
+def is_peer_failure(error):
+    """True when ``error`` (an exception raised by a collective) says a peer rank is gone or silent: a gloo
+    connection closed or reset, a collective timed out, an NCCL error; False without a process group."""
+    if not (dist.is_available() and dist.is_initialized() and get_world_size() > 1):
+        return False
+    return isinstance(error, dist.DistError) or "/gloo/" in str(error)
+
+
+def report_lost_peers(error, logger):
+    """After a collective failed (:func:`is_peer_failure`), log one ``error:`` line naming the lost peers.
+
+    Every rank that still reaches the rendezvous store (on MASTER_ADDR) checks in and waits up to
+    :data:`CHECK_IN_S` s for the others; the ranks that did not check in are named with their host. A rank that
+    cannot reach the store names MASTER_ADDR (rank 0's host) instead.
+
+    Args:
+        error (Exception): the collective's error; its first line ends the message.
+        logger (logging.Logger): where the line goes.
+    Returns:
+        list of int: the lost ranks (empty when the store is lost).
+    """
+    rank, world_size = get_rank(), get_world_size()
+    host = socket.gethostname()
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    reason = reason.split("] ", 1)[-1][:200]  # without gloo's source location
+    store = dist.distributed_c10d._get_default_store()
+    found = {}
+
+    def check_in():
+        store.set_timeout(datetime.timedelta(seconds=CHECK_IN_S))
+        store.set("alive/{}".format(rank), host)
+        keys = ["alive/{}".format(r) for r in range(world_size)]
+        deadline = time.monotonic() + CHECK_IN_S
+        while time.monotonic() < deadline and not store.check(keys):
+            time.sleep(0.2)
+        lost = [r for r in range(world_size) if not store.check(["alive/{}".format(r)])]
+        found["lost"] = lost, [store.get("host/{}".format(r)).decode() for r in lost]
+
+    # in a thread: a store behind a dead link blocks in TCP retransmits (minutes), not in the store's timeout
+    thread = threading.Thread(target=check_in, daemon=True)
+    thread.start()
+    thread.join(2 * CHECK_IN_S + 2)
+    if "lost" in found:
+        lost, hosts = found["lost"]
+    else:  # the store's host is the one lost (or unreachable from here)
+        logger.error("error: lost peer: the rendezvous store at %s:%s (rank 0's host) is unreachable from rank "
+                     "%d on %s; the collective failed: %s", os.environ.get("MASTER_ADDR"),
+                     os.environ.get("MASTER_PORT"), rank, host, reason)
+        return []
+    names = ", ".join("rank {} on {}".format(r, h) for r, h in zip(lost, hosts)) or "none named (all checked in)"
+    logger.error("error: lost peer: %s; rank %d on %s stops: the collective failed: %s", names, rank, host, reason)
+    return lost
 
 
 def cleanup():

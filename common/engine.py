@@ -157,7 +157,7 @@ def train_net(args, cfg, task):
     """
     task.check_config(cfg, args.cfg)
     check_inputs(task, cfg)
-    dist_ctx = cdist.init_distributed(args.dist, args.slurm)
+    dist_ctx = cdist.init_distributed(args.dist, args.slurm, timeout_s=cfg.DIST_TIMEOUT_S)
     rank, world_size, device = dist_ctx.rank, dist_ctx.world_size, dist_ctx.device
     if args.cudnn_off:
         torch.backends.cudnn.enabled = False
@@ -255,6 +255,12 @@ def train_net(args, cfg, task):
         if rank == 0:
             logger.error("error: %s", e)  # on the console and in the run's log file
         raise SystemExit(DIVERGED_EXIT_CODE) from None
+    except RuntimeError as e:
+        if not cdist.is_peer_failure(e):
+            raise
+        # a rank or a node is gone: one line naming it, instead of a traceback per rank
+        cdist.report_lost_peers(e, logger)
+        raise SystemExit(cdist.PEER_LOST_EXIT_CODE) from None
     finally:
         cdist.cleanup()
     if preempted:

@@ -4,7 +4,7 @@
 # task that fails ends the whole job. Run it inside an allocation (sbatch, salloc) or from a login node.
 #   usage: scripts/dist_run_slurm.sh PARTITION JOB SCRIPT CFG WORK_DIR [NTASKS] [extra script args...]
 #   NTASKS: default the allocation's SLURM_NTASKS, else 8
-#   environment: GPUS_PER_NODE (tasks per node; default min(8, NTASKS)),
+#   environment: GPUS_PER_NODE (tasks per node; default NTASKS / the allocation's nodes, else min(8, NTASKS)),
 #                CPUS_PER_TASK (default the allocation's SLURM_CPUS_PER_TASK, else 5),
 #                GRES (default gpu:GPUS_PER_NODE when `sinfo -p PARTITION` lists GPUs, else none;
 #                      'none' asks for none), OMP_NUM_THREADS (default 1 per task, as torchrun),
@@ -27,6 +27,10 @@ usage_check 5 "PARTITION JOB SCRIPT CFG WORK_DIR [NTASKS] [extra script args...]
 PARTITION=$1 JOB_NAME=$2 SCRIPT=$3 CFG=$4 WORK_DIR=$5 NTASKS=${6:-${SLURM_NTASKS:-8}}
 shift $(($# < 6 ? $# : 6))
 PREEMPTED_EXIT_CODE=75  # common.preemption.PREEMPTED_EXIT_CODE
+# Tasks per node: inside an allocation NTASKS spread over its nodes (SLURM_JOB_NUM_NODES), else up to 8.
+if [ -n "${SLURM_JOB_NUM_NODES:-}" ]; then
+    GPUS_PER_NODE=${GPUS_PER_NODE:-$(((NTASKS + SLURM_JOB_NUM_NODES - 1) / SLURM_JOB_NUM_NODES))}
+fi
 GPUS_PER_NODE=${GPUS_PER_NODE:-$((NTASKS < 8 ? NTASKS : 8))}
 CPUS_PER_TASK=${CPUS_PER_TASK:-${SLURM_CPUS_PER_TASK:-5}}
 if [ -z "${GRES+set}" ]; then

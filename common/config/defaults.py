@@ -26,6 +26,10 @@ def common_defaults():
     _C.GPUS = ''
     # Log a progress line every LOG_FREQUENT micro-batches (and write TensorBoard at the steps holding them).
     _C.LOG_FREQUENT = 50
+    # Seconds a collective waits for its peers before it raises (the process group's timeout): bounds how long
+    # the ranks wait for a node that went silent (docs/slurm.md#faults-between-nodes). Long enough for a
+    # rank-0-only step (saving a large checkpoint, evaluating) between two collectives.
+    _C.DIST_TIMEOUT_S = 1800
     # Validate every VAL_FREQUENT epochs.
     _C.VAL_FREQUENT = 1
     # Write {MODEL_PREFIX}-{epoch:04d}.model every CHECKPOINT_FREQUENT epochs.

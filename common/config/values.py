@@ -64,6 +64,7 @@ SHARED_RULES = {
     # numpy takes seeds (RNG_SEED + rank) below 2**32
     "RNG_SEED": Rule(lambda v, get: v < 2 ** 31, lambda get: "an int < 2**31 (negative: unseeded)"),
     "LOG_FREQUENT": int_at_least(1),
+    "DIST_TIMEOUT_S": int_at_least(1),
     "VAL_FREQUENT": int_at_least(1),
     "CHECKPOINT_FREQUENT": int_at_least(1),
     "NUM_WORKERS_PER_GPU": int_at_least(0),

@@ -1,6 +1,7 @@
-"""scripts/dist_run_slurm.sh on a real one-node SLURM (scripts/slurm_local.sh; slow, --runslow).
+"""scripts/dist_run_slurm.sh on a real SLURM of one and of two nodes (scripts/slurm_local.sh, the two nodes in
+network namespaces; slow, --runslow).
 
-Jobs of 2 tasks of the tiny task with 2 DataLoader workers each, submitted with sbatch as docs/slurm.md
+Jobs of 2 tasks per node of the tiny task with 2 DataLoader workers each, submitted with sbatch as docs/slurm.md
 shows, stopped the ways a cluster stops them: ``scancel --signal=USR1`` / ``--signal=TERM``,
 ``scontrol requeue``, ``scancel`` (saved, not requeued), a time limit with ``--signal=USR1@60`` and
 ``--signal=B:USR1@60``, and two jobs at once. Each job must come back exactly once per stop, resume at the step where it stopped, and end bit for
@@ -26,19 +27,29 @@ OPTS = ("NUM_WORKERS_PER_GPU", 2, "TRAIN.CHECKPOINT_STEPS", 0)
 DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """The environment of a running one-node cluster (SLURM_CONF set); started (4 CPUs, so that two jobs
-    of 2 tasks run at once) and stopped here unless one runs already. Skips when SLURM cannot be installed."""
+TASKS_PER_NODE = 2
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["1node", "2nodes"])
+def cluster(request):
+    """The environment of a running cluster of ``request.param`` node(s) (SLURM_CONF and SLURM_LOCAL_NODES set),
+    each node 4 CPUs, so that two jobs of 2 tasks per node run at once; started and stopped here unless one of
+    that size runs already. Skips, saying why, when SLURM cannot be installed or namespaces cannot be made."""
+    nodes = request.param
     env = dict(os.environ, SLURM_LOCAL_CPUS="4")
-    started = subprocess.run([SLURM_LOCAL, "status"], env=env, capture_output=True).returncode != 0
+    status = subprocess.run([SLURM_LOCAL, "status"], env=env, capture_output=True, text=True)
+    started = "running: {} node(s)".format(nodes) not in status.stdout
     if started:
-        proc = subprocess.run([SLURM_LOCAL, "start"], env=env, capture_output=True, text=True, timeout=900)
+        subprocess.run([SLURM_LOCAL, "stop"], env=env, capture_output=True, timeout=120)
+        proc = subprocess.run([SLURM_LOCAL, "start", "--nodes", str(nodes)], env=env, capture_output=True,
+                              text=True, timeout=900)
         if proc.returncode != 0:
-            reason = "no local SLURM cluster: " + (proc.stderr.strip().splitlines() or ["?"])[-1]
+            reason = "no local SLURM cluster of {} node(s): ".format(nodes) + (
+                proc.stderr.strip().splitlines() or ["?"])[-1]
             print(reason)
             pytest.skip(reason)
     env["SLURM_CONF"] = os.path.join(env.get("SLURM_LOCAL_DIR", "/tmp/slurm_local"), "slurm.conf")
+    env["SLURM_LOCAL_NODES"] = str(nodes)
     yield env
     if started:
         subprocess.run([SLURM_LOCAL, "stop"], env=env, timeout=120)
@@ -50,10 +61,12 @@ class Job:
     def __init__(self, cluster, folder, name, sbatch_args=(), env=None, opts=()):
         tiny_task.write_config(folder)
         self.cluster, self.work, self.log = cluster, folder / "work", str(folder / "job.log")
-        command = [LAUNCHER, "debug", name, tiny_task.SCRIPT, str(folder / "tiny.yaml"), str(self.work), "2",
-                   "--opts"] + [str(o) for o in OPTS + tuple(opts)]
+        nodes = int(cluster["SLURM_LOCAL_NODES"])
+        command = [LAUNCHER, "debug", name, tiny_task.SCRIPT, str(folder / "tiny.yaml"), str(self.work),
+                   str(nodes * TASKS_PER_NODE), "--opts"] + [str(o) for o in OPTS + tuple(opts)]
         # exec: the launcher is then the batch shell, which --signal=B:... signals
-        sbatch = ["sbatch", "--parsable", "--requeue", "--ntasks=2", "--cpus-per-task=1", "--open-mode=append",
+        sbatch = ["sbatch", "--parsable", "--requeue", "--nodes={}".format(nodes),
+                  "--ntasks-per-node={}".format(TASKS_PER_NODE), "--cpus-per-task=1", "--open-mode=append",
                   "-o", self.log, "-J", name, *sbatch_args, "--wrap", "exec " + shlex.join(command)]
         job_env = dict(cluster, **(env or {}))
         job_env.pop("MASTER_PORT", None)
@@ -97,7 +110,7 @@ class Job:
 
 @pytest.fixture(scope="module")
 def clean(cluster, tmp_path_factory):
-    """The final state of an uninterrupted 2-task job."""
+    """The final state of an uninterrupted job (2 tasks per node)."""
     job = Job(cluster, tmp_path_factory.mktemp("clean"), "clean")
     state, restarts, seconds = job.finish()
     assert (state, restarts) == ("COMPLETED", 0), job.output()[-3000:]
