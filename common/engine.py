@@ -35,6 +35,7 @@ from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
 from common.lr_scheduler import build_lr_scheduler, resume_lr_scheduler, updates_per_epoch
 from common.modeling.module import held_random_init_warnings, warn_random_init
+from common.nonfinite import NonFiniteProbe
 from common.optim import build_optimizer
 from common.partial_pretrain import load_partial_pretrain
 from common.predict import write_run_info
@@ -227,7 +228,9 @@ def train_net(args, cfg, task):
                       metrics=task.build_metrics(cfg, True), lr_scheduler=lr_scheduler, writer=writer,
                       rank=rank, grad_accumulate_steps=train_cfg.GRAD_ACCUMULATE_STEPS,
                       clip_grad_norm=train_cfg.CLIP_GRAD_NORM, max_consecutive_skips=train_cfg.MAX_CONSECUTIVE_SKIPS,
-                      logger=logger)
+                      logger=logger, probe=NonFiniteProbe(net, autocast, folder, task.name, str(
+                          amp.resolve_dtype(train_cfg.FP16_DTYPE) if train_cfg.FP16 else torch.float32
+                      ).replace("torch.", ""), write=rank == 0))
     preempted = False
     try:
         try:
