@@ -100,6 +100,7 @@ def test_early_fp16_skip_costs_nothing_fp32_skip_is_diagnosed(tiny_cfg, tmp_path
     no file, the run ends well); fp32 skips them too, but says where the first was born, writes its file and
     goes on to the end."""
     for fp16 in (True, False):
+        monkeypatch.undo()  # a fresh count for each run
         _break_grad(monkeypatch, "mlp.0.bias", from_call=45)
         model_dir = tmp_path / str(fp16)
         assert harness.run_here(tiny_cfg, model_dir, opts=["TRAIN.FP16", fp16]) == 0
