@@ -39,6 +39,7 @@ from common.nonfinite import NonFiniteProbe
 from common.optim import build_optimizer
 from common.partial_pretrain import load_partial_pretrain
 from common.predict import write_run_info
+from common.run_record import RunRecord
 from common.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
 from common.trainer import DIVERGED_EXIT_CODE, Trainer, TrainingDivergedError
 
@@ -217,7 +218,9 @@ def train_net(args, cfg, task):
         # wrote after its last checkpoint, so each x keeps one point.
         purge_step = None if state is None else state["epoch"] * len(train_loader) + state["epoch_batch"]
         writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"), purge_step=purge_step)
-    hooks = [validation, *stateful.values(), LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT),
+    hooks = [validation, *stateful.values(),
+             RunRecord(folder, cfg, args.cfg, task.inputs(cfg), validation, world_size, device),
+             LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT),
              Speedometer(cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
                          epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
     hooks += checkpoint_hooks(checkpointer, cfg, steps_per_epoch)
