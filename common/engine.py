@@ -39,6 +39,7 @@ from common.nonfinite import NonFiniteProbe
 from common.optim import build_optimizer
 from common.partial_pretrain import load_partial_pretrain
 from common.predict import write_run_info
+from common.profiling import DataWaitWarning, StepProfiler
 from common.run_record import RunRecord
 from common.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
 from common.trainer import DIVERGED_EXIT_CODE, Trainer, TrainingDivergedError
@@ -223,6 +224,9 @@ def train_net(args, cfg, task):
              LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT),
              Speedometer(cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
                          epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
+    hooks.append(DataWaitWarning(cfg.LOG_FREQUENT, cfg.NUM_WORKERS_PER_GPU))
+    if train_cfg.PROFILE:
+        hooks.append(StepProfiler(folder, *train_cfg.PROFILE, device=device, rank=rank))
     hooks += checkpoint_hooks(checkpointer, cfg, steps_per_epoch)
     hooks.append(RunSummary())
     guard = PreemptionGuard()
