@@ -36,10 +36,13 @@ from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
 from common.lr_scheduler import build_lr_scheduler, resume_lr_scheduler, updates_per_epoch
 from common.modeling.module import checkpoint_sets_weights, held_random_init_warnings, warn_random_init
+from common.nonfinite import NonFiniteProbe
 from common.optim import build_optimizer
 from common.parallel.fsdp import shard_model
 from common.partial_pretrain import load_partial_pretrain
 from common.predict import write_run_info
+from common.profiling import DataWaitWarning, StepProfiler
+from common.run_record import RunRecord
 from common.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
 from common.trainer import DIVERGED_EXIT_CODE, Trainer, TrainingDivergedError
 
@@ -225,9 +228,14 @@ def train_net(args, cfg, task):
         # wrote after its last checkpoint, so each x keeps one point.
         purge_step = None if state is None else state["epoch"] * len(train_loader) + state["epoch_batch"]
         writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"), purge_step=purge_step)
-    hooks = [validation, *stateful.values(), LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT),
+    hooks = [validation, *stateful.values(),
+             RunRecord(folder, cfg, args.cfg, task.inputs(cfg), validation, world_size, device),
+             LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT),
              Speedometer(cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
                          epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
+    hooks.append(DataWaitWarning(cfg.LOG_FREQUENT, cfg.NUM_WORKERS_PER_GPU))
+    if train_cfg.PROFILE:
+        hooks.append(StepProfiler(folder, *train_cfg.PROFILE, device=device, rank=rank))
     hooks += checkpoint_hooks(checkpointer, cfg, steps_per_epoch)
     hooks.append(RunSummary())
     guard = PreemptionGuard()
@@ -236,7 +244,9 @@ def train_net(args, cfg, task):
                       metrics=task.build_metrics(cfg, True), lr_scheduler=lr_scheduler, writer=writer,
                       rank=rank, grad_accumulate_steps=train_cfg.GRAD_ACCUMULATE_STEPS,
                       clip_grad_norm=train_cfg.CLIP_GRAD_NORM, max_consecutive_skips=train_cfg.MAX_CONSECUTIVE_SKIPS,
-                      logger=logger)
+                      logger=logger, probe=NonFiniteProbe(net, autocast, folder, task.name, str(
+                          amp.resolve_dtype(train_cfg.FP16_DTYPE) if train_cfg.FP16 else torch.float32
+                      ).replace("torch.", ""), write=rank == 0))
     preempted = False
     try:
         try:

@@ -51,6 +51,7 @@ from common.data.collate import Batch, num_samples
 from common.distributed import get_world_size
 from common.errors import UserInputError
 from common.logs import get_logger
+from common.nonfinite import NonFiniteProbe, should_diagnose
 from common.hooks.base import HookBase, TrainContext
 from common.train_state import check_train_state, new_train_state, tried_steps
 
@@ -107,6 +108,8 @@ class Trainer:
         clip_grad_norm: max total 2-norm of the trainable params' gradients; None or <= 0: no clipping.
         max_consecutive_skips: skipped steps in a row that stop training (TRAIN.MAX_CONSECUTIVE_SKIPS).
         logger: where the ``PROGRESS`` line goes on rank 0 (default: this module's logger).
+        probe: :class:`common.nonfinite.NonFiniteProbe` that names the module where a skipped step's inf/nan
+            was born (None: no diagnosis).
 
     Raises:
         ValueError: ``grad_accumulate_steps`` is not an int >= 1 or ``max_consecutive_skips`` < 1.
@@ -116,7 +119,8 @@ class Trainer:
                  autocast: Callable = nullcontext, hooks: Sequence[HookBase] = (), metrics=None,
                  lr_scheduler=None, writer=None, rank: Optional[int] = None, grad_accumulate_steps: int = 1,
                  clip_grad_norm: Optional[float] = None,
-                 max_consecutive_skips: int = DEFAULT_MAX_CONSECUTIVE_SKIPS, logger=None):
+                 max_consecutive_skips: int = DEFAULT_MAX_CONSECUTIVE_SKIPS, logger=None,
+                 probe: Optional[NonFiniteProbe] = None):
         if not isinstance(grad_accumulate_steps, int) or grad_accumulate_steps < 1:
             raise ValueError("TRAIN.GRAD_ACCUMULATE_STEPS must be an int >= 1, got {!r}".format(grad_accumulate_steps))
         if max_consecutive_skips < 1:
@@ -128,6 +132,8 @@ class Trainer:
         self.clip_grad_norm = clip_grad_norm if clip_grad_norm is not None and clip_grad_norm > 0 else None
         self.max_consecutive_skips = max_consecutive_skips
         self.logger = logger or get_logger(__name__)
+        self.probe = probe
+        self.diagnosed = False  # the current run of skipped steps was replayed already
         is_main = rank is None or rank == 0
         self.ctx = TrainContext(net, optimizer, lr_scheduler, scaler or LossScaler(), new_train_state(),
                                 writer if is_main else None, metrics, rank)
@@ -226,6 +232,8 @@ class Trainer:
                 raise RuntimeError("the train loader yielded more batches than its len() = {}".format(n))
             step_ended = micro_batch == group_start + group_size - 1
 
+            if self.probe is not None:
+                self.probe.capture(micro_batch, batch, micro_batch == group_start, self.device)
             batch = to_device(batch, self.device)
             t1 = time.perf_counter()
             sync = nullcontext() if step_ended or not hasattr(net, "no_sync") else net.no_sync()
@@ -269,15 +277,24 @@ class Trainer:
     def _optimizer_step(self):
         """Step (or skip) the optimizer on the group's gradients; returns (group loss, gradient norm or None)."""
         ctx, state = self.ctx, self.ctx.state
+        scale = ctx.scaler.scale
         result = ctx.scaler.step(ctx.optimizer, self.clip_grad_norm, self.params)
         ctx.step_applied = result.applied
         loss = self.group_loss.item()
         if result.applied:
             state["global_step"] += 1
             state["consecutive_skips"] = 0
+            self.diagnosed = False
         else:
             state["skipped_steps"] += 1
             state["consecutive_skips"] += 1
+            if self.probe is not None and not self.diagnosed and should_diagnose(
+                    ctx.scaler, scale, state["consecutive_skips"], self.max_consecutive_skips):
+                self.diagnosed = True
+                self.probe.diagnose(tried_steps(state), scale, self.device)
+                if ctx.is_main:
+                    self.logger.warning("optimizer step %d skipped for inf/nan: %s", tried_steps(state),
+                                        self.probe.report())
         if math.isfinite(loss):
             state["last_finite_loss"], state["last_finite_step"] = loss, tried_steps(state)
         if state["consecutive_skips"] >= self.max_consecutive_skips:
@@ -287,6 +304,7 @@ class Trainer:
 
     def _divergence_message(self):
         ctx, state = self.ctx, self.ctx.state
+        where = "; " + self.probe.report() if self.probe is not None and self.diagnosed else ""
         if state["last_finite_step"]:
             last = "the last finite loss was {:.6g}, at optimizer step {}".format(
                 state["last_finite_loss"], state["last_finite_step"])
@@ -295,6 +313,6 @@ class Trainer:
         return ("training diverged: {} optimizer steps in a row were skipped for inf/nan gradients (epoch {}, batch {}; "
                 "step {}, {} applied); {}; loss scale {:g}. The checkpoints written so far are intact. Try a lower "
                 "TRAIN.LR, TRAIN.FP16_DTYPE bfloat16 (fp32's range) or TRAIN.CLIP_GRAD_NORM (e.g. 1.0), and check the "
-                "data; TRAIN.MAX_CONSECUTIVE_SKIPS ({}) sets how many skips in a row stop a run".format(
+                "data; TRAIN.MAX_CONSECUTIVE_SKIPS ({}) sets how many skips in a row stop a run{}".format(
                     state["consecutive_skips"], ctx.epoch, ctx.micro_batch, tried_steps(state), state["global_step"],
-                    last, ctx.scaler.scale, self.max_consecutive_skips))
+                    last, ctx.scaler.scale, self.max_consecutive_skips, where))

@@ -142,6 +142,9 @@ def common_defaults():
     _C.TRAIN.FP16_DTYPE = 'float16'
     # (new) Stop with an error after this many consecutive skipped (inf/nan) optimizer steps.
     _C.TRAIN.MAX_CONSECUTIVE_SKIPS = 100
+    # (new) [START_STEP, NUM_STEPS]: write a torch.profiler trace of those optimizer steps to the run folder's
+    # profile/ folder (steps counted from 1); [] = off.
+    _C.TRAIN.PROFILE = []
     # (new) Also checkpoint every CHECKPOINT_STEPS optimizer steps inside an epoch; 0 = off.
     _C.TRAIN.CHECKPOINT_STEPS = 0
     # (new) How many mid-epoch checkpoints to keep.

@@ -95,6 +95,8 @@ SHARED_RULES = {
     "TRAIN.MOMENTUM": number_in(0, 1),
     "TRAIN.FP16_LOSS_SCALE": Rule(lambda v, get: v == "dynamic" or v > 0, lambda get: "'dynamic' or a number > 0"),
     "TRAIN.MAX_CONSECUTIVE_SKIPS": int_at_least(1),
+    "TRAIN.PROFILE": Rule(lambda v, get: len(v) == 0 or len(v) == 2 and all(isinstance(x, int) and x >= 1 for x in v),
+                          lambda get: "[] (off) or [START_STEP, NUM_STEPS], two ints >= 1"),
     "TRAIN.CHECKPOINT_STEPS": int_at_least(0),
     "TRAIN.CHECKPOINT_KEEP": int_at_least(1),
     "TRAIN.CHECKPOINT_EVERY_FRACTION": number_in(0, 1),

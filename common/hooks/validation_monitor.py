@@ -20,7 +20,7 @@ class ValidationMonitor(HookBase):
     Keeps the best value of ``host_metric_name`` (higher is better, as in the reference) and
     its epoch; ``state_dict()`` holds ``best_epoch`` / ``best_val`` (the reference checkpoint's
     ``validation_monitor`` entry). ``host_value`` is the last validation's host metric (what a
-    plateau schedule steps on). Metrics are global when they all-reduce, so every rank agrees;
+    plateau schedule steps on); ``values`` all its metrics (name -> value). Metrics are global when they all-reduce, so every rank agrees;
     lines and scalars are written by rank 0 only.
 
     Raises (on call):
@@ -41,6 +41,7 @@ class ValidationMonitor(HookBase):
         self.best_epoch = -1
         self.best_val = -1.0
         self.host_value = float("nan")
+        self.values = {}
 
     def state_dict(self) -> dict:
         return {"best_epoch": self.best_epoch, "best_val": self.best_val}
@@ -72,7 +73,7 @@ class ValidationMonitor(HookBase):
         if self.host_metric_name not in values:
             raise KeyError("validation metrics report {}, not the host metric {!r}"
                            .format(sorted(values), self.host_metric_name))
-        self.host_value = values[self.host_metric_name]
+        self.host_value, self.values = values[self.host_metric_name], values
         improved = self.host_value > self.best_val
         if improved:
             self.best_epoch, self.best_val = epoch, self.host_value

@@ -1,0 +1,181 @@
+"""``run.json``: what produced a run folder (code, environment, config, data) and what each epoch gave.
+
+Written atomically (:func:`common.safe_write.atomic_write`) by rank 0 when training starts and after every
+epoch (with its validation), by the :class:`RunRecord` hook. Keys::
+
+    command        the process's command line
+    git            {commit, dirty, diff_sha256} of the code's checkout (None values outside a git checkout)
+    env            {python, torch, cuda, cudnn, devices: {type, count, names}}
+    world_size     processes of this launch
+    strategy       TRAIN.STRATEGY when the config has it, else 'ddp' (several processes) or 'single'
+    config_file    the --cfg file; config_sha256: sha256 of the effective config.yaml in the run folder
+    seeds          {RNG_SEED, per_rank: RNG_SEED + rank (None when RNG_SEED < 0: unseeded)}
+    host_metric    the validation metric the run keeps the best checkpoint by
+    data           [{key, path, size, mtime, sha256}]: each input file the config names, and the files at the
+                   top of each data folder it names (annotations, feature indexes, image archives);
+                   sha256 only for files under 100 MB (None above)
+    epochs         [{epoch, metrics, wall_s, samples_per_s, world_size}], one per finished epoch; metrics are
+                   the validation values (empty when the epoch was not validated)
+    launches       earlier launches of the same run folder (resumes): their command, git, env, world_size,
+                   strategy, config_sha256 and started time
+
+A resumed run reads the record, moves its launch header under ``launches``, keeps the epochs before the one it
+resumes at and appends its own (:func:`load_record`). ``tools/results_table.py`` reads these files.
+"""
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from typing import Optional
+
+import torch
+
+from common.hooks.base import HookBase
+from common.safe_write import atomic_write
+
+FILE = "run.json"
+HASH_LIMIT = 100 * 2 ** 20  # bytes: larger files get size and mtime only
+MAX_FOLDER_FILES = 200  # files listed per data folder
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEADER = ("command", "git", "env", "world_size", "strategy", "config_file", "config_sha256", "seeds",
+          "host_metric", "data", "started")
+
+
+def sha256_file(path: str) -> str:
+    """Hex sha256 of the file ``path``."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(2 ** 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _git(*args) -> Optional[str]:
+    try:
+        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, check=True, timeout=30).stdout.decode()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_info() -> dict:
+    """``{commit, dirty, diff_sha256}`` of the code's checkout: HEAD, whether tracked files differ from it, and
+    the sha256 of ``git diff HEAD`` (None each outside a git checkout or without git)."""
+    commit = _git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None, "diff_sha256": None}
+    diff = _git("diff", "HEAD") or ""
+    return {"commit": commit.strip(), "dirty": bool(diff),
+            "diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if diff else None}
+
+
+def env_info(device: torch.device) -> dict:
+    """Python, torch, CUDA and cuDNN versions and the devices of this machine's kind (``device.type``)."""
+    if device.type == "cuda":
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    else:
+        names = [platform.processor() or platform.machine()]
+    return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+            "devices": {"type": device.type, "count": len(names), "names": names}}
+
+
+def data_files(inputs, known=()) -> list:
+    """``[{key, path, size, mtime, sha256}]`` of the files the :class:`common.task.Input` list ``inputs`` names:
+    a file itself, a folder its top-level files (at most :data:`MAX_FOLDER_FILES`). ``known``: entries of an
+    earlier record; a file with the same path, size and mtime keeps its sha256 without being read again."""
+    cache = {(d["path"], d["size"], d["mtime"]): d["sha256"] for d in known}
+    entries = []
+    for item in inputs:
+        if item.is_dir:
+            if not os.path.isdir(item.path):
+                continue
+            paths = sorted(os.path.join(item.path, n) for n in os.listdir(item.path))
+            paths = [p for p in paths if os.path.isfile(p)][:MAX_FOLDER_FILES]
+        else:
+            paths = [item.path] if os.path.isfile(item.path) else []
+        for path in paths:
+            path = os.path.abspath(path)
+            stat = os.stat(path)
+            key = (path, stat.st_size, stat.st_mtime)
+            digest = cache.get(key) or (sha256_file(path) if stat.st_size < HASH_LIMIT else None)
+            entries.append({"key": item.key, "path": path, "size": stat.st_size, "mtime": stat.st_mtime,
+                            "sha256": digest})
+    return entries
+
+
+def load_record(folder: str) -> Optional[dict]:
+    """The ``run.json`` of ``folder``, or None when there is none (or it is not a JSON object)."""
+    try:
+        with open(os.path.join(folder, FILE), encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def write_record(folder: str, record: dict) -> None:
+    """Write ``record`` to ``folder/run.json`` atomically."""
+    text = json.dumps(record, indent=1, sort_keys=False)
+    atomic_write(os.path.join(folder, FILE), lambda f: f.write(text), binary=False, size_hint=len(text))
+
+
+class RunRecord(HookBase):
+    """Writes ``run.json`` (see the module docstring) on rank 0: at ``before_train`` and at every ``after_epoch``
+    (put it after the validation hook, so the epoch's metrics are there).
+
+    Args:
+        folder: the run folder (holds the effective ``config.yaml``).
+        cfg: the frozen config.
+        cfg_path: the --cfg file.
+        inputs: the task's :class:`common.task.Input` list (``task.inputs(cfg)``).
+        validation: the :class:`common.hooks.validation_monitor.ValidationMonitor` (``validated``, ``values``,
+            ``host_metric_name``).
+        world_size, device: of this launch.
+    """
+
+    def __init__(self, folder, cfg, cfg_path, inputs, validation, world_size: int, device: torch.device):
+        self.folder, self.cfg, self.cfg_path, self.inputs = folder, cfg, cfg_path, inputs
+        self.validation, self.world_size, self.device = validation, world_size, device
+        self.record = None
+        self.epoch_start = self.mark = None
+
+    def _header(self, earlier: Optional[dict]) -> dict:
+        seed = self.cfg.RNG_SEED
+        strategy = self.cfg.TRAIN.get("STRATEGY") or ("ddp" if self.world_size > 1 else "single")
+        config = os.path.join(self.folder, "config.yaml")
+        return {"command": " ".join(sys.argv), "git": git_info(), "env": env_info(self.device),
+                "world_size": self.world_size, "strategy": str(strategy), "config_file": self.cfg_path,
+                "config_sha256": sha256_file(config) if os.path.isfile(config) else None,
+                "seeds": {"RNG_SEED": seed, "per_rank": [seed + r for r in range(self.world_size)] if seed >= 0 else None},
+                "host_metric": self.validation.host_metric_name,
+                "data": data_files(self.inputs, (earlier or {}).get("data", ())),
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+    def before_train(self, ctx):
+        if not ctx.is_main:
+            return
+        earlier = load_record(self.folder)
+        record = self._header(earlier)
+        record["epochs"], record["launches"] = [], []
+        if earlier is not None:  # a resumed run: the earlier launches stay, with the epochs they finished
+            record["launches"] = earlier.get("launches", []) + [
+                {k: earlier[k] for k in HEADER if k in earlier and k != "data"}]
+            record["epochs"] = [e for e in earlier.get("epochs", []) if e.get("epoch", 0) < ctx.state["epoch"]]
+        self.record = record
+        write_record(self.folder, record)
+
+    def before_epoch(self, ctx):
+        self.epoch_start, self.mark = time.perf_counter(), ctx.record.mark()
+
+    def after_epoch(self, ctx):
+        if not ctx.is_main or self.record is None:
+            return
+        metrics = dict(self.validation.values) if self.validation.validated else {}
+        self.record["epochs"].append({"epoch": ctx.epoch, "metrics": {k: float(v) for k, v in metrics.items()},
+                                      "wall_s": round(time.perf_counter() - self.epoch_start, 3),
+                                      "samples_per_s": round(ctx.record.samples_per_s(self.mark), 3),
+                                      "world_size": self.world_size})
+        write_record(self.folder, self.record)

@@ -1,0 +1,66 @@
+"""run.json (common/run_record.py) through the tiny task's real entry point, a resume appending to it, and
+tools/results_table.py over it; the paper's figures of docs/fidelity.md equal common/paper_results.py."""
+import hashlib
+import json
+import os
+import re
+import subprocess
+
+from common.paper_results import PAPER_FIGURES
+from tests.conftest import ROOT
+from tests.faults import harness, tiny_task
+
+
+def test_paper_table_in_docs_is_the_products():
+    text = open(os.path.join(ROOT, "docs", "fidelity.md"), encoding="utf-8").read()
+    rows = re.findall(r"^\| `cfgs/(\S+)\.yaml` \| (.+?) \| (\S+) \| ([0-9.]+) \|$", text, re.M)
+    assert {name: (what, split, float(value)) for name, what, split, value in rows} == \
+        {name: tuple(figure) for name, figure in PAPER_FIGURES.items()}
+    for name in PAPER_FIGURES:  # each names a config of the release
+        assert os.path.isfile(os.path.join(ROOT, "cfgs", name + ".yaml")), name
+
+
+def _sha256(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def test_run_json_written_resumed_and_tabled(tmp_path, capsys):
+    """A 2-epoch run, then the same run resumed to 3 epochs: one record, the resume's epoch appended and the first
+    launch kept; every key holds this machine's values; results_table prints the best Acc, the paper's VCR Q->A
+    figure for the config's name and the GPU-hours of the 3 epochs."""
+    cfg_dir = tmp_path / "vcr"  # named like a paper config, so the table finds its paper figure
+    cfg_dir.mkdir()
+    cfg = str(cfg_dir / "base_q2a_4x16G_fp32.yaml")
+    os.rename(tiny_task.write_config(cfg_dir), cfg)
+    folder = os.path.join(str(tmp_path), "output", "base_q2a_4x16G_fp32", "train_train")
+    assert harness.run_here(cfg, tmp_path, opts=["TRAIN.END_EPOCH", 2]) == 0
+    first = json.load(open(os.path.join(folder, "run.json")))
+    assert [e["epoch"] for e in first["epochs"]] == [0, 1] and first["launches"] == []
+    assert harness.run_here(cfg, tmp_path, opts=["TRAIN.END_EPOCH", 3]) == 0
+    record = json.load(open(os.path.join(folder, "run.json")))
+
+    assert {"command", "git", "env", "world_size", "strategy", "config_sha256", "seeds", "data", "epochs"} <= set(record)
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert record["git"]["commit"] == head and isinstance(record["git"]["dirty"], bool)
+    assert record["env"]["torch"] == __import__("torch").__version__ and record["env"]["devices"]["count"] == 1
+    assert (record["world_size"], record["strategy"], record["seeds"]) == (1, "single", {"RNG_SEED": 7, "per_rank": [7]})
+    assert record["config_sha256"] == _sha256(os.path.join(folder, "config.yaml"))
+    (data,) = record["data"]  # the tiny task's data folder holds its config file only
+    assert data["path"] == cfg and data["size"] == os.path.getsize(cfg) and data["sha256"] == _sha256(cfg)
+    # the resume appended epoch 2 to the first launch's epochs, which stay as they were
+    assert record["epochs"][:2] == first["epochs"] and [e["epoch"] for e in record["epochs"]] == [0, 1, 2]
+    for e in record["epochs"]:
+        assert set(e["metrics"]) == {"Acc"} and e["wall_s"] > 0 and e["samples_per_s"] > 0
+    (launch,) = record["launches"]
+    assert launch["config_sha256"] == first["config_sha256"] != record["config_sha256"]  # END_EPOCH changed
+
+    capsys.readouterr()
+    tool = __import__("runpy").run_path(os.path.join(ROOT, "tools", "results_table.py"))
+    assert tool["main"]([folder]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    best = max(e["metrics"]["Acc"] for e in record["epochs"])
+    epoch = min(e["epoch"] for e in record["epochs"] if e["metrics"]["Acc"] == best)
+    hours = sum(e["wall_s"] for e in record["epochs"]) / 3600
+    assert lines[0] == "| config | task metric (best val, %) | paper (%) | GPU-hours |"
+    assert lines[2] == "| vcr/base_q2a_4x16G_fp32 | Acc {:.2f} (epoch {}) | 73.80 (VCR Q->A accuracy, val) | " \
+                       "{:.3f} (cpu) |".format(100 * best, epoch, hours)
