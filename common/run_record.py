@@ -7,7 +7,7 @@ epoch (with its validation), by the :class:`RunRecord` hook. Keys::
     git            {commit, dirty, diff_sha256} of the code's checkout (None values outside a git checkout)
     env            {python, torch, cuda, cudnn, devices: {type, count, names}}
     world_size     processes of this launch
-    strategy       TRAIN.STRATEGY when the config has it, else 'ddp' (several processes) or 'single'
+    strategy       TRAIN.STRATEGY ('ddp' or 'fsdp'; 'ddp' also for one process)
     config_file    the --cfg file; config_sha256: sha256 of the effective config.yaml in the run folder
     seeds          {RNG_SEED, per_rank: RNG_SEED + rank (None when RNG_SEED < 0: unseeded)}
     host_metric    the validation metric the run keeps the best checkpoint by
@@ -144,7 +144,7 @@ class RunRecord(HookBase):
 
     def _header(self, earlier: Optional[dict]) -> dict:
         seed = self.cfg.RNG_SEED
-        strategy = self.cfg.TRAIN.get("STRATEGY") or ("ddp" if self.world_size > 1 else "single")
+        strategy = self.cfg.TRAIN.STRATEGY
         config = os.path.join(self.folder, "config.yaml")
         return {"command": " ".join(sys.argv), "git": git_info(), "env": env_info(self.device),
                 "world_size": self.world_size, "strategy": str(strategy), "config_file": self.cfg_path,
