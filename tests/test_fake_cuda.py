@@ -34,6 +34,8 @@ CASES = {  # name: (task run of task_runs, extra opts)
     "pretrain": ("pretrain", []),
     "cls": ("cls", []),
     "vcr-vit": ("vcr", "vit"),
+    "refcoco-vit": ("refcoco", "vit"),
+    "pretrain-vit": ("pretrain", "vit"),
 }
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # relative tolerance of a loss under autocast against fp32 (a mean of log-softmaxes of a tiny model; the
@@ -239,3 +241,38 @@ def test_test_py_and_the_predictor_with_attention_maps_on_cuda(runs, tmp_path):
     probs = maps["probs"]
     assert probs.ndim == 4 and probs.shape[-1] == len(maps["tokens"])
     assert np.allclose(probs.sum(-1), 1, atol=1e-4)  # each query's attention over the unpadded keys
+
+
+@pytest.mark.parametrize("name", ["vqa", "refcoco", "cls"])
+def test_test_py_on_cuda_writes_the_cpu_result_file(runs, name, tmp_path):
+    """``<task>/test.py`` (common/evaluation.py's inference) of VQA, RefCOCO+ and cls on the GPU, from a checkpoint
+    of the task's tiny run: the result file holds the CPU run's predictions (answers and top-5 classes exact: the
+    simulated device computes with the CPU's kernels on the same values; boxes within 1e-4 pixels)."""
+    import glob
+    import json
+
+    run = runs[name]
+    task, cfg = case_config(runs, name)
+    torch.manual_seed(0)
+    model = build_model(task, cfg)
+    ckpt = str(tmp_path / "model-0000.model")
+    torch.save({"state_dict": model.state_dict(), "config": cfg.dump()}, ckpt)
+    entry = os.path.join(ROOT, name, "test.py")
+    results = {}
+    for device in ("cpu", "cuda"):
+        argv = ["--cfg", run["cfg"], "--ckpt", ckpt, "--result-path", str(tmp_path / device), "--result-name", "t",
+                "--opts"] + list(run["opts"]) + ["NUM_WORKERS_PER_GPU", "0"]
+        if device == "cpu":
+            assert run_script(entry, argv) in (0, None)
+        else:
+            with fake_cuda():
+                assert run_script(entry, argv) in (0, None)
+        path, = glob.glob(str(tmp_path / device / "t_*"))
+        with open(path) as f:
+            results[device] = json.load(f) if path.endswith(".json") else list(csv.reader(f))
+    cpu, gpu = results["cpu"], results["cuda"]
+    if name in ("cls", "vqa"):  # index, label, predicted, top-5 / question id, answer: exact, one computation
+        assert gpu == cpu and len(gpu) > 1
+    else:  # [{ref_id, sent_id, box}] in data set order
+        assert [(r["ref_id"], r["sent_id"]) for r in gpu] == [(r["ref_id"], r["sent_id"]) for r in cpu] and cpu
+        assert np.allclose([r["box"] for r in gpu], [r["box"] for r in cpu], atol=1e-4)
