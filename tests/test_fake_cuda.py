@@ -276,3 +276,44 @@ def test_test_py_on_cuda_writes_the_cpu_result_file(runs, name, tmp_path):
     else:  # [{ref_id, sent_id, box}] in data set order
         assert [(r["ref_id"], r["sent_id"]) for r in gpu] == [(r["ref_id"], r["sent_id"]) for r in cpu] and cpu
         assert np.allclose([r["box"] for r in gpu], [r["box"] for r in cpu], atol=1e-4)
+
+
+PREDICTOR_TEXT = {"vqa": {"question": "what color is it ?"}, "refcoco": {"expression": "the shape on the left"},
+                  "pretrain": {"caption": "a [MASK] on the table"}, "cls": {}}
+
+
+@pytest.mark.parametrize("name", list(PREDICTOR_TEXT))
+def test_the_predictor_with_attention_maps_on_cuda(runs, name, tmp_path):
+    """``Predictor(..., device='cuda')`` of VQA, RefCOCO+, pretraining and cls (VCR: the test above) on one of the tiny
+    data's photographs: its predictions are the CPU predictor's (scores within 1e-5: the same kernels on the same
+    values, a ranking tie-aware) and, where the model has a VL-BERT, ``attention()`` gives rows that sum to 1."""
+    from tests.golden import assert_ranking_close
+    from tests.test_eval_outputs import _checkpoint
+
+    run = runs[name]
+    task, cfg = case_config(runs, name)
+    ckpt = _checkpoint(task, cfg, tmp_path / "model-0000.model")
+    opts, extra = list(run["opts"]) + ["NUM_WORKERS_PER_GPU", "0"], {}
+    if name == "vqa":  # precomputed features: the predictor recomputes them with the encoder that made them
+        from bench.smoke_paper_config import random_resnet_file
+        from tests.test_predict import FEATURE_OPTS
+
+        random_resnet_file(str(tmp_path / "resnet50"), 50)
+        opts, extra = opts + FEATURE_OPTS, {"feature_weights": str(tmp_path / "resnet50-0000.model")}
+        ckpt = _checkpoint(task, task.load_config(run["cfg"], opts), tmp_path / "model-0000.model")
+    _, vcr_inputs = predictor_inputs(runs["vcr"]["opts"][runs["vcr"]["opts"].index("DATASET.DATASET_PATH") + 1])
+    inp = dict(PREDICTOR_TEXT[name], image=vcr_inputs[0]["image"])
+    grid = None if name == "cls" else {"kind": "grid", "grid": "2x2"}
+    cpu = Predictor.from_checkpoint(run["cfg"], ckpt, opts=opts, box_source=grid, **extra)
+    with fake_cuda():
+        predictor = Predictor.from_checkpoint(run["cfg"], ckpt, device="cuda", opts=opts, box_source=grid, **extra)
+        assert all(isinstance(p, CudaTensor) for p in predictor.model.parameters())
+        got, = predictor(inp)
+        maps = predictor.attention(inp) if name != "cls" else None
+    want, = cpu(inp)
+    rankings = [want["masks"], got["masks"]] if name == "pretrain" else [[want["predictions"]], [got["predictions"]]]
+    for w, g in zip(*rankings):
+        assert_ranking_close([(p["label"], p["score"]) for p in g], [(p["label"], p["score"]) for p in w], name)
+    if maps is not None:
+        assert maps["probs"].shape[-1] == len(maps["tokens"])
+        assert np.allclose(maps["probs"].sum(-1), 1, atol=1e-4)
