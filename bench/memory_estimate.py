@@ -393,9 +393,12 @@ def _build_for_measure(task, cfg, strategy, world_size, device, ddp_mark):
     if strategy == "fsdp":
         fsdp_shard(model)
     elif world_size > 1:
+        # init_sync=False: the broadcast of rank 0's weights is not part of what DDP keeps, and its flat buffer
+        # may be freed on gloo's worker thread, where the profiler does not see the free.
         with ddp_mark():
             net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                                      find_unused_parameters=task.find_unused_parameters)
+                                                      find_unused_parameters=task.find_unused_parameters,
+                                                      init_sync=False)
     optimizer = build_optimizer(cfg, model, world_size)
     return model, net, optimizer, grads_at_step(model, optimizer)
 

@@ -14,8 +14,8 @@ floor), each micro-batch of the group is replayed on the same weights with the s
 
 Buffers (BatchNorm statistics), the RNG state and the gradients are put back afterwards, so a run that goes
 on (fp32 / bf16 after one skipped step) is not changed by the replay. The batch, the RNG state, the weights
-and the finding are written to ``nonfinite-step{N}.pt`` in the run folder (``torch.load(weights_only=True)``
-reads it); ``python tools/replay_step.py FILE`` replays it in a fresh process (:func:`replay_file`).
+and the finding are written to ``nonfinite-step{N}.pt`` in the run folder (readable by
+``common.safe_load.load_tensors``); ``python tools/replay_step.py FILE`` replays it in a fresh process (:func:`replay_file`).
 """
 import math
 import os
@@ -182,7 +182,7 @@ def replay(model: torch.nn.Module, batch, rng: dict, autocast: Callable, loss_sc
 
 
 def _plain(value):
-    """A batch as ``torch.load(weights_only=True)`` can read it: tensors, lists, dicts, str, numbers."""
+    """A batch as the weights-only unpickler can read it: tensors, lists, dicts, str, numbers."""
     if isinstance(value, Batch):
         return {"fields": [_plain(v) for v in value], "names": list(value.names)}
     if isinstance(value, (list, tuple)):

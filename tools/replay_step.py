@@ -25,6 +25,7 @@ from common.cli import run_main  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
 from common.modeling.module import held_random_init_warnings  # noqa: E402
 from common.nonfinite import Finding, batch_fields, replay  # noqa: E402
+from common.safe_load import load_tensors  # noqa: E402
 from common.task import TASKS  # noqa: E402
 
 
@@ -44,11 +45,9 @@ def load_step(path):
         UserInputError: the file is missing or not such a file.
     """
     try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
+        saved = load_tensors(path, what="nonfinite-stepN.pt file")
     except FileNotFoundError:
         raise UserInputError("{}: no such file".format(path)) from None
-    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user mistake
-        raise UserInputError("{}: not a nonfinite-stepN.pt file ({})".format(path, e)) from None
     keys = {"task", "batch", "rng", "state_dict", "dtype", "loss_scale", "step", "micro_batch"}
     if not isinstance(saved, dict) or not keys <= set(saved):
         raise UserInputError("{}: not a nonfinite-stepN.pt file (expected the keys {})".format(path, sorted(keys)))
