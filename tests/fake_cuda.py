@@ -24,7 +24,7 @@ it and, for a CPU tensor made while the mode was on, the ``file:line`` that made
 
 Around the mode, :func:`fake_cuda` patches what a CUDA build asks the driver for: ``torch.cuda.is_available``
 (True, so autocast, ``GradScaler``, the loader's pinned memory and the engine's device choice take their CUDA
-paths), bf16 support, lazy init, device count and index, memory figures, pinning (a no-op), CUDA generators
+paths), bf16 support, lazy init, device count, index and name, cuDNN's version (None), memory figures, pinning (a no-op), CUDA generators
 (CPU ones) and ``tolist``; ``Module.to`` swaps parameters (tied weights stay tied). What it cannot do: real
 gradients, CUDA kernels (fused, flash, cuBLAS and cuDNN choices), streams, timing, NCCL. See docs/gpu_suite.md.
 """
@@ -262,6 +262,9 @@ class _CudaIndex(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+SIMULATED_DEVICE_NAME = "simulated CUDA device (tests/fake_cuda.py)"
+
+
 @contextlib.contextmanager
 def fake_cuda():
     """Within it, ``torch.cuda.is_available()`` is True and tensors made or moved on ``'cuda'`` are
@@ -274,11 +277,16 @@ def fake_cuda():
         mock.patch("torch.cuda._lazy_init", return_value=None),
         mock.patch("torch.cuda.device_count", return_value=1),
         mock.patch("torch.cuda.current_device", return_value=0),
+        mock.patch("torch.cuda.get_device_name", return_value=SIMULATED_DEVICE_NAME),
+        mock.patch("torch.backends.cudnn.version", return_value=None),  # it would ask the device's capability
         mock.patch("torch.cuda.set_device", return_value=None),
         mock.patch("torch.cuda.synchronize", return_value=None),
         mock.patch("torch.cuda.max_memory_allocated", return_value=0),
         mock.patch("torch.cuda.reset_peak_memory_stats", return_value=None),
         mock.patch("torch.cuda.get_rng_state_all", return_value=[]),
+        # the simulated device draws from the CPU generator: its own state is empty
+        mock.patch("torch.cuda.get_rng_state", lambda device=None: torch.empty(0, dtype=torch.uint8)),
+        mock.patch("torch.cuda.set_rng_state", lambda state, device=None: None),
         mock.patch("torch.Tensor.pin_memory", lambda self, *a, **k: self),
         mock.patch("torch.Tensor.backward", synthetic_backward),
         mock.patch("torch.Tensor.tolist", _tolist),

@@ -4,6 +4,7 @@ autocast; the training entry point (Trainer loop with the fp16 loss scale, clipp
 EMA), its resume onto the device, the test script and the Predictor's attention maps. A CPU tensor meeting a
 CUDA one, a float64 tensor made on the GPU or a dtype error fails with the file:line that caused it."""
 import csv
+import json
 import math
 import os
 import re
@@ -22,7 +23,7 @@ from common.optim import build_optimizer
 from common.predict import Predictor
 from common.trainer import to_device
 from tests.conftest import load_task
-from tests.fake_cuda import CUDA, ROOT, CudaTensor, DeviceError, fake_cuda
+from tests.fake_cuda import CUDA, ROOT, SIMULATED_DEVICE_NAME, CudaTensor, DeviceError, fake_cuda
 from tests.test_vit_end2end import vit_opts
 from tests.tiny_vcr import log_text_in, predictor_inputs, run_script
 
@@ -155,6 +156,9 @@ def test_training_and_resume_on_cuda(runs, name, tmp_path):
         assert run_script(run["entry"], argv + ["TRAIN.END_EPOCH", "2"]) in (0, None)
     log = log_text_in(os.path.dirname(run_file(tmp_path, "config.yaml")))
     assert "device cuda" in log and "Resumed from" in log
+    with open(run_file(tmp_path, "run.json")) as f:  # the run record names the GPU it ran on
+        env = json.load(f)["env"]
+    assert env["devices"] == {"type": "cuda", "count": 1, "names": [SIMULATED_DEVICE_NAME]} and env["cudnn"] is None
     ckpt = torch.load(run_file(tmp_path, "-0001.model"), map_location="cpu", weights_only=False)
     state = ckpt["train_state"]
     assert (state["epoch"], state["skipped_steps"]) == (2, 0) and state["global_step"] > 0  # every step applied

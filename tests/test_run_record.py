@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 
+from common import run_record
 from common.paper_results import PAPER_FIGURES
 from tests.conftest import ROOT
 from tests.faults import harness, tiny_task
@@ -18,6 +19,29 @@ def test_paper_table_in_docs_is_the_products():
         {name: tuple(figure) for name, figure in PAPER_FIGURES.items()}
     for name in PAPER_FIGURES:  # each names a config of the release
         assert os.path.isfile(os.path.join(ROOT, "cfgs", name + ".yaml")), name
+
+
+def test_git_info_of_a_checkout_a_changed_checkout_and_a_plain_folder(tmp_path, monkeypatch):
+    """git_info on a fresh commit (clean), after a tracked file changed (dirty, the sha256 of ``git diff HEAD``)
+    and in a folder that is no checkout (all None)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    (repo / "a.py").write_text("x = 1\n")
+    subprocess.run(git + ["add", "a.py"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "a"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    monkeypatch.setattr(run_record, "ROOT", str(repo))
+    assert run_record.git_info() == {"commit": head, "dirty": False, "diff_sha256": None}
+    (repo / "a.py").write_text("x = 2\n")
+    diff = subprocess.run(git + ["diff", "HEAD"], capture_output=True, check=True).stdout
+    assert run_record.git_info() == {"commit": head, "dirty": True, "diff_sha256": hashlib.sha256(diff).hexdigest()}
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    monkeypatch.setattr(run_record, "ROOT", str(plain))
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no checkout above tmp_path is found either
+    assert run_record.git_info() == {"commit": None, "dirty": None, "diff_sha256": None}
 
 
 def _sha256(path):
@@ -40,8 +64,12 @@ def test_run_json_written_resumed_and_tabled(tmp_path, capsys):
     record = json.load(open(os.path.join(folder, "run.json")))
 
     assert {"command", "git", "env", "world_size", "strategy", "config_sha256", "seeds", "data", "epochs"} <= set(record)
+    # CI runs on a copy of the tree without .git: there the record says so with None (test_git_info covers both)
     head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    assert record["git"]["commit"] == head and isinstance(record["git"]["dirty"], bool)
+    if head:
+        assert record["git"]["commit"] == head and isinstance(record["git"]["dirty"], bool)
+    else:
+        assert record["git"] == {"commit": None, "dirty": None, "diff_sha256": None}
     assert record["env"]["torch"] == __import__("torch").__version__ and record["env"]["devices"]["count"] == 1
     assert (record["world_size"], record["strategy"], record["seeds"]) == (1, "ddp", {"RNG_SEED": 7, "per_rank": [7]})
     assert record["config_sha256"] == _sha256(os.path.join(folder, "config.yaml"))
