@@ -33,14 +33,21 @@ def state(figures):
     return sum(total(figures[k]) for k in ("parameters", "gradients", "optimizer state"))
 
 
-def check_against_measured(run):
-    """Every figure of every rank within TOLERANCE of the estimate."""
+# The measured peak of a bf16 step holds oneDNN's scratch buffers, which the trace cannot know and which depend on
+# the CPU: +3% (DDP) / +6% (FSDP) over the estimate on this AMX machine, +15% / +24% with oneDNN held to
+# AVX512_CORE_VNNI (the CI pass playing an AVX-512 CPU without AMX). fp32 peaks stay within TOLERANCE.
+BF16_PEAK_TOLERANCE = 0.30
+
+
+def check_against_measured(run, peak_tolerance=TOLERANCE):
+    """Every figure of every rank within TOLERANCE of the estimate (the peak within ``peak_tolerance``)."""
     est = run["estimate"]
     assert len(run["measured"]) == run["world_size"]
     for rank, measured in enumerate(run["measured"]):
         for key in FIGURES:
             e, m = total(est[key]), total(measured[key])
-            assert abs(m - e) <= TOLERANCE * e, (run["world_size"], run["strategy"], rank, key, e, m)
+            tolerance = peak_tolerance if key == "peak" else TOLERANCE
+            assert abs(m - e) <= tolerance * e, (run["world_size"], run["strategy"], rank, key, e, m)
 
 
 def check_fsdp_share(runs):
@@ -60,7 +67,7 @@ def test_fsdp_bf16_state_and_checkpointing_on_2_ranks_match_the_measured_step(tm
     assert saved["precision"] == "bf16" and saved["checkpointing"] is True
     runs = saved["runs"]
     for run in runs:
-        check_against_measured(run)
+        check_against_measured(run, peak_tolerance=BF16_PEAK_TOLERANCE)
         est = run["estimate"]
         # fp32 master weights and gradients; two bf16 moments: as many bytes as the fp32 weights
         assert set(est["parameters"]) == set(est["gradients"]) == {"float32"}
