@@ -127,6 +127,15 @@ def handoff_opts(config_path):
     return [x for name, key in files.items() if key for x in (key, os.path.join(folder, name))]
 
 
+def handoff_task_name(folder):
+    """The task name the hand-off ``folder`` was written for (None for a folder written without one).
+
+    Raises:
+        CheckpointError: its weights file is unreadable.
+    """
+    return _metadata(folder).get("task")
+
+
 def _metadata(folder):
     path = os.path.join(folder, WEIGHTS_FILE)
     try:

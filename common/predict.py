@@ -47,13 +47,13 @@ from common.data.collate import BatchCollator, canvas_scales
 from common.data.loading import load_image, to_rgb
 from common.errors import UserInputError
 from common.evaluation import DatasetEvaluator, inference_on_dataset
-from common.handoff import CONFIG_FILE, handoff_config, is_handoff, read_handoff
+from common.handoff import CONFIG_FILE, handoff_config, handoff_task_name, is_handoff, read_handoff
 from common.modeling.module import checkpoint_sets_weights, held_random_init_warnings
 from common.modeling.region_extractor import EXTRACTOR_OPTS, build_region_extractor
 from common.modeling.visual_linguistic_bert import TextTooLongError
 from common.safe_load import load_tensors
 from common.safe_write import atomic_write
-from common.task import TASKS
+from common.task import TASKS, get_task
 
 __all__ = ["DEFAULT_GRID", "FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task",
            "feature_record", "load_feature_extractor", "load_input_image", "read_run_info", "recorded_box_source", "top_predictions",
@@ -428,13 +428,14 @@ class Predictor:
                                       extras=getattr(dataset, "batch_extras", None))
 
     @classmethod
-    def from_checkpoint(cls, cfg_path, ckpt_path, device="cpu", opts=(), feature_weights=None, box_source=None,
+    def from_checkpoint(cls, cfg_path, ckpt_path=None, device="cpu", opts=(), feature_weights=None, box_source=None,
                         task=None, cli=False):
         """Load the model of ``ckpt_path`` as the config ``cfg_path`` (and ``opts``) describes it.
 
         Args:
             cfg_path: the YAML config the model was trained with (or the run folder's ``config.yaml``); None with a
-                hand-off folder: its ``config.yaml``, its copied files in the place of those the config names.
+                hand-off folder: its ``config.yaml``, its copied files in the place of those the config names. A
+                hand-off folder alone (``Predictor.from_checkpoint(DIR)``) is read as ``(None, DIR)``.
             ckpt_path: a checkpoint file (``*-best.model``, ``*-0000.model``) or a hand-off folder
                 (``tools/export.py --format safetensors``, :mod:`common.handoff`).
             device: torch device string.
@@ -445,15 +446,26 @@ class Predictor:
             box_source: :class:`common.data.box_sources.BoxSource` or a dict of its arguments (``{"kind":
                 "grid", "grid": "4x4"}``) for inputs without boxes; default: the run folder's record
                 (:data:`FEATURE_INFO`), else a :data:`DEFAULT_GRID` grid.
-            task: a task name or :class:`common.task.Task`; default: the task whose data set the config names
-                (its ``<task>.task`` module must be imported; ``tools/predict.py`` imports them all).
+            task: a task name or :class:`common.task.Task`; default: a hand-off folder's recorded task, else the
+                task whose data set the config names (its ``<task>.task`` module must be imported;
+                ``tools/predict.py`` imports them all). A task named is imported when needed.
             cli: the box source's messages name the command line's flags (``--box-source``), not ``box_source=``.
         Raises:
             UserInputError: a missing or unreadable file, a bad config, a checkpoint of another task or
                 model, an answer vocabulary or class list that does not match the checkpoint, a
                 precomputed-feature model without its feature extractor (names the flag to give).
         """
+        if ckpt_path is None:
+            if cfg_path is None or not is_handoff(cfg_path):
+                raise UserInputError("give a checkpoint and its config, or a hand-off folder alone; {} is not a "
+                                     "hand-off folder (tools/export.py --format safetensors)".format(cfg_path))
+            cfg_path, ckpt_path = None, cfg_path
         handoff = is_handoff(ckpt_path)
+        if handoff and task is None:
+            try:
+                task = handoff_task_name(ckpt_path)
+            except CheckpointError as e:
+                raise UserInputError(str(e)) from None
         if cfg_path is None:
             if not handoff:
                 raise UserInputError("no config given, and {} is not a hand-off folder".format(ckpt_path))
@@ -463,7 +475,7 @@ class Predictor:
             task = find_task(_config_dataset(raw), cfg_path)
         elif isinstance(task, str):
             try:
-                task = TASKS.get(task)
+                task = get_task(task)
             except KeyError as e:
                 raise UserInputError("--task: {}".format(e.args[0])) from None
         try:

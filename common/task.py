@@ -15,6 +15,7 @@ The engine (:mod:`common.engine`) builds everything else from the config: loader
 scheduler, autocast context, loss scaler, hooks, resume. ``common/`` never names a task or
 reads a task-only key; those go through the methods below.
 """
+import importlib
 import os
 from typing import Callable, Dict, NamedTuple, Optional
 
@@ -224,5 +225,15 @@ def register_task(task):
 
 
 def get_task(name):
-    """The registered task ``name``; KeyError listing the known ones otherwise."""
+    """The registered task ``name``, importing its package's ``<name>.task`` module first when it is not
+    registered yet (a task registers itself there).
+
+    Raises:
+        KeyError: no such task, listing the known ones.
+    """
+    if name not in TASKS:
+        try:
+            importlib.import_module(name + ".task")
+        except ImportError:
+            pass  # not a task package: the registry's KeyError says which are known
     return TASKS.get(name)

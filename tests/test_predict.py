@@ -752,7 +752,7 @@ def _assert_handoff_travels(tmp_path, capsys, monkeypatch, cfg, ckpt, opts, inpu
     shutil.copytree(tmp_path / "export" / "model", elsewhere / "moved")
     shutil.rmtree(tmp_path / "export")
     monkeypatch.chdir(elsewhere)
-    for got, want in zip(Predictor.from_checkpoint(None, "moved")(inputs, topk=topk), expected):
+    for got, want in zip(Predictor.from_checkpoint("moved")(inputs, topk=topk), expected):
         _assert_close(got, want)
 
     photos = tmp_path / "photos"
@@ -767,6 +767,17 @@ def _assert_handoff_travels(tmp_path, capsys, monkeypatch, cfg, ckpt, opts, inpu
                           cwd=str(elsewhere), env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     for got, want in zip(json.load(open(elsewhere / "out.json")), expected):
+        _assert_close(dict(got, image=None), dict(want, image=None))
+    # docs/export.md's Python lines in a fresh process: the folder alone, no task package imported by hand
+    snippet = ("import json, sys; sys.path.insert(0, {root!r}); from common.predict import Predictor; "
+               "predictor = Predictor.from_checkpoint('moved'); "
+               "json.dump(predictor(json.load(open('inputs.json')), topk={topk}), open('py.json', 'w'))")
+    listed_abs = [dict(inp, image=str(photos / inp["image"])) for inp in listed]
+    (elsewhere / "inputs.json").write_text(json.dumps(listed_abs))
+    done = subprocess.run([sys.executable, "-c", snippet.format(root=ROOT, topk=topk)], cwd=str(elsewhere), env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for got, want in zip(json.load(open(elsewhere / "py.json")), expected):
         _assert_close(dict(got, image=None), dict(want, image=None))
     # the guard works: the original checkpoint cannot be read under it
     refused = subprocess.run([sys.executable, "-c", "open({!r}, 'rb')".format(ckpt)], env=env, capture_output=True,

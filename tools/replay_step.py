@@ -10,7 +10,6 @@ input gradient (backward) held inf/nan, and what the training run found. Exit co
 the same place as the run, 1 when it finds another or none (a non-deterministic kernel, another rank's batch).
 """
 import argparse
-import importlib
 import os
 import sys
 
@@ -26,7 +25,7 @@ from common.errors import UserInputError  # noqa: E402
 from common.modeling.module import held_random_init_warnings  # noqa: E402
 from common.nonfinite import Finding, batch_fields, replay  # noqa: E402
 from common.safe_load import load_tensors  # noqa: E402
-from common.task import TASKS  # noqa: E402
+from common.task import TASKS, get_task  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -55,15 +54,11 @@ def load_step(path):
 
 
 def task_named(name, source):
-    """The registered task ``name``, importing its package (``<name>.task``) when needed."""
-    if name not in TASKS:
-        try:
-            importlib.import_module(name + ".task")
-        except ImportError:
-            pass
-    if name not in TASKS:
+    """The task ``name`` (its package imported when needed); UserInputError naming ``source`` otherwise."""
+    try:
+        return get_task(name)
+    except KeyError:
         raise UserInputError("{}: task {!r} is not registered (known: {})".format(source, name, ", ".join(TASKS.names())))
-    return TASKS.get(name)
 
 
 def main(argv=None):
