@@ -11,9 +11,10 @@ epoch (with its validation), by the :class:`RunRecord` hook. Keys::
     config_file    the --cfg file; config_sha256: sha256 of the effective config.yaml in the run folder
     seeds          {RNG_SEED, per_rank: RNG_SEED + rank (None when RNG_SEED < 0: unseeded)}
     host_metric    the validation metric the run keeps the best checkpoint by
-    data           [{key, path, size, mtime, sha256}]: each input file the config names, and the files at the
-                   top of each data folder it names (annotations, feature indexes, image archives);
-                   sha256 only for files under 100 MB (None above)
+    data           [{key, path, size, mtime, sha256}]: each input file the config names, and every file under
+                   each data folder it names (annotations, feature indexes, image archives); sha256 only for
+                   files under 100 MB (None above); a subfolder of over MAX_FOLDER_FILES files (images,
+                   per-image features) is one entry {key, path, files}
     epochs         [{epoch, metrics, wall_s, samples_per_s, world_size}], one per finished epoch; metrics are
                    the validation values (empty when the epoch was not validated)
     launches       earlier launches of the same run folder (resumes): their command, git, env, world_size,
@@ -38,7 +39,7 @@ from common.safe_write import atomic_write
 
 FILE = "run.json"
 HASH_LIMIT = 100 * 2 ** 20  # bytes: larger files get size and mtime only
-MAX_FOLDER_FILES = 200  # files listed per data folder
+MAX_FOLDER_FILES = 200  # a subfolder with more files (images, per-image features) is one entry
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADER = ("command", "git", "env", "world_size", "strategy", "config_file", "config_sha256", "seeds",
           "host_metric", "data", "started")
@@ -82,18 +83,45 @@ def env_info(device: torch.device) -> dict:
             "devices": {"type": device.type, "count": len(names), "names": names}}
 
 
+def _count_files(folder: str) -> int:
+    """Files in ``folder`` and its subfolders."""
+    return sum(len(files) for _, _, files in os.walk(folder))
+
+
+def _folder_paths(folder: str):
+    """``(files, bulk)`` under ``folder``: the files to list one by one (annotations, feature indexes, archives),
+    and ``[(subfolder, file count)]`` of the subfolders holding more than :data:`MAX_FOLDER_FILES` files (images,
+    per-image features), each recorded as one entry so that a run does not read every photo at start."""
+    files, bulk = [], []
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            files.append(path)
+        elif os.path.isdir(path):
+            count = _count_files(path)
+            if count > MAX_FOLDER_FILES:
+                bulk.append((path, count))
+            else:
+                more, more_bulk = _folder_paths(path)
+                files += more
+                bulk += more_bulk
+    return files, bulk
+
+
 def data_files(inputs, known=()) -> list:
-    """``[{key, path, size, mtime, sha256}]`` of the files the :class:`common.task.Input` list ``inputs`` names:
-    a file itself, a folder its top-level files (at most :data:`MAX_FOLDER_FILES`). ``known``: entries of an
-    earlier record; a file with the same path, size and mtime keeps its sha256 without being read again."""
-    cache = {(d["path"], d["size"], d["mtime"]): d["sha256"] for d in known}
+    """``[{key, path, size, mtime, sha256}]`` of the files the :class:`common.task.Input` list ``inputs`` names: a
+    file itself; a folder every file under it, except that a subfolder of more than :data:`MAX_FOLDER_FILES` files
+    is one entry ``{key, path, files}`` (its file count). ``sha256`` is None for files of :data:`HASH_LIMIT` bytes
+    or more. ``known``: entries of an earlier record; a file with the same path, size and mtime keeps its sha256
+    without being read again."""
+    cache = {(d["path"], d["size"], d["mtime"]): d["sha256"] for d in known if "sha256" in d}
     entries = []
     for item in inputs:
+        bulk = []
         if item.is_dir:
             if not os.path.isdir(item.path):
                 continue
-            paths = sorted(os.path.join(item.path, n) for n in os.listdir(item.path))
-            paths = [p for p in paths if os.path.isfile(p)][:MAX_FOLDER_FILES]
+            paths, bulk = _folder_paths(item.path)
         else:
             paths = [item.path] if os.path.isfile(item.path) else []
         for path in paths:
@@ -103,6 +131,7 @@ def data_files(inputs, known=()) -> list:
             digest = cache.get(key) or (sha256_file(path) if stat.st_size < HASH_LIMIT else None)
             entries.append({"key": item.key, "path": path, "size": stat.st_size, "mtime": stat.st_mtime,
                             "sha256": digest})
+        entries += [{"key": item.key, "path": os.path.abspath(path), "files": count} for path, count in bulk]
     return entries
 
 

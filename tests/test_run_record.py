@@ -92,3 +92,36 @@ def test_run_json_written_resumed_and_tabled(tmp_path, capsys):
     assert lines[0] == "| config | task metric (best val, %) | paper (%) | GPU-hours |"
     assert lines[2] == "| vcr/base_q2a_4x16G_fp32 | Acc {:.2f} (epoch {}) | 73.80 (VCR Q->A accuracy, val) | " \
                        "{:.3f} (cpu) |".format(100 * best, epoch, hours)
+
+
+def test_data_files_of_a_vqa_layout_folder(tmp_path, monkeypatch):
+    """Every annotation under the data folder, nested ones too, with its sha256; a file of HASH_LIMIT bytes or
+    more with size and mtime only; a folder of images one entry with its count; a second record reuses the
+    first's hashes (nothing read again)."""
+    from common.task import Input
+
+    coco = tmp_path / "coco"
+    (coco / "vqa").mkdir(parents=True)
+    (coco / "vqa" / "v2_OpenEnded_mscoco_train2014_questions.json").write_text('{"questions": []}')
+    (coco / "vgbua_res101_precomputed").mkdir()
+    (coco / "vgbua_res101_precomputed" / "index.txt").write_text("COCO_train2014_000000000009.jpg\n")
+    images = coco / "train2014"
+    images.mkdir()
+    for i in range(run_record.MAX_FOLDER_FILES + 1):
+        (images / "COCO_train2014_{:012d}.jpg".format(i)).write_bytes(b"")
+    with open(coco / "train2014.zip", "wb") as f:  # sparse: HASH_LIMIT bytes without writing them
+        f.truncate(run_record.HASH_LIMIT)
+    entries = run_record.data_files([Input("DATASET.DATASET_PATH", "data folder", str(coco), is_dir=True)])
+    by_path = {os.path.relpath(e["path"], str(coco)): e for e in entries}
+    assert set(by_path) == {"vqa/v2_OpenEnded_mscoco_train2014_questions.json", "vgbua_res101_precomputed/index.txt",
+                            "train2014", "train2014.zip"}
+    questions = coco / "vqa" / "v2_OpenEnded_mscoco_train2014_questions.json"
+    assert by_path["vqa/v2_OpenEnded_mscoco_train2014_questions.json"]["sha256"] == _sha256(str(questions))
+    assert by_path["train2014"] == {"key": "DATASET.DATASET_PATH", "path": str(images),
+                                    "files": run_record.MAX_FOLDER_FILES + 1}
+    assert by_path["train2014.zip"]["size"] == run_record.HASH_LIMIT and by_path["train2014.zip"]["sha256"] is None
+
+    read = []
+    monkeypatch.setattr(run_record, "sha256_file", lambda path: read.append(path))
+    again = run_record.data_files([Input("DATASET.DATASET_PATH", "data folder", str(coco), is_dir=True)], entries)
+    assert again == entries and read == []
