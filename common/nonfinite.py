@@ -25,6 +25,7 @@ from typing import Callable, List, Optional
 import torch
 
 from common.data.collate import Batch
+from common.safe_write import atomic_write
 
 FILE_PATTERN = "nonfinite-step{}.pt"
 
@@ -241,10 +242,11 @@ class NonFiniteProbe:
         if self.write and replayed is not None:
             micro_batch, batch, rng = replayed
             self.path = os.path.normpath(os.path.join(self.folder, FILE_PATTERN.format(step)))
-            torch.save({"step": step, "micro_batch": micro_batch, "task": self.task, "dtype": self.dtype,
-                        "loss_scale": loss_scale, "batch": _plain(batch), "rng": rng,
-                        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                        "finding": asdict(finding) if finding else None}, self.path)
+            saved = {"step": step, "micro_batch": micro_batch, "task": self.task, "dtype": self.dtype,
+                     "loss_scale": loss_scale, "batch": _plain(batch), "rng": rng,
+                     "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                     "finding": asdict(finding) if finding else None}
+            atomic_write(self.path, lambda f: torch.save(saved, f))  # a kill mid-write leaves no torn file
         return finding
 
     def report(self) -> str:
