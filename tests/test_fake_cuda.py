@@ -16,7 +16,7 @@ import torch
 from bench.gpu_suite_inputs import task_runs
 from common import amp
 from common.engine import build_loader, build_model
-from common.checkpoint import restore_checkpoint
+from common.checkpoint import load_checkpoint_file, restore_checkpoint
 from common.data.collate import Batch
 from common.evaluation import DatasetEvaluator, inference_on_dataset
 from common.optim import build_optimizer
@@ -175,7 +175,7 @@ def test_training_and_resume_on_cuda(runs, name, tmp_path):
     with open(run_file(tmp_path, "run.json")) as f:  # the run record names the GPU it ran on
         env = json.load(f)["env"]
     assert env["devices"] == {"type": "cuda", "count": 1, "names": [SIMULATED_DEVICE_NAME]} and env["cudnn"] is None
-    ckpt = torch.load(run_file(tmp_path, "-0001.model"), map_location="cpu", weights_only=False)
+    ckpt = load_checkpoint_file(run_file(tmp_path, "-0001.model"))
     state = ckpt["train_state"]
     assert (state["epoch"], state["skipped_steps"]) == (2, 0) and state["global_step"] > 0  # every step applied
     assert ckpt["amp"]["loss_scale"] > 1  # fp16: the dynamic scale ran

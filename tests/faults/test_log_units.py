@@ -22,4 +22,5 @@ def test_log_line_and_tensorboard_share_the_unit_and_the_speed(tiny_cfg, tmp_pat
     speeds = dict(scalars["Speed/samples_per_s"])
     assert sorted(speeds) == sorted(logged)
     for x, value in speeds.items():
-        assert round(value, 2) == logged[x], x
+        # the event file holds a float32, the line the float64 to 2 decimals: equal to within both roundings
+        assert abs(value - logged[x]) <= 0.005 + abs(logged[x]) * 2 ** -23, x
