@@ -51,13 +51,14 @@ from common.handoff import CONFIG_FILE, handoff_config, handoff_task_name, is_ha
 from common.modeling.module import checkpoint_sets_weights, held_random_init_warnings
 from common.modeling.region_extractor import EXTRACTOR_OPTS, build_region_extractor
 from common.modeling.visual_linguistic_bert import TextTooLongError
+from common.parallel.sharded_checkpoint import is_sharded_checkpoint
 from common.safe_load import load_tensors
 from common.safe_write import atomic_write
 from common.task import TASKS, get_task
 
 __all__ = ["DEFAULT_GRID", "FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task",
-           "feature_record", "load_feature_extractor", "load_input_image", "read_run_info", "recorded_box_source", "top_predictions",
-           "write_feature_handoff", "write_run_info"]
+           "feature_record", "load_feature_extractor", "load_input_image", "read_run_info", "recorded_box_source",
+           "run_folder", "top_predictions", "write_feature_handoff", "write_run_info"]
 
 # Boxes of a photo given without boxes when neither the call nor the run folder names a box source.
 DEFAULT_GRID = "4x4"
@@ -76,15 +77,22 @@ def write_run_info(folder, info):
     return path
 
 
+def run_folder(ckpt_path):
+    """The folder of the files written beside a checkpoint (``predictor.json``, ``run.json``): the hand-off folder
+    itself, else the folder holding the checkpoint file or the sharded checkpoint folder (an FSDP run's)."""
+    if is_handoff(ckpt_path):
+        return ckpt_path
+    return os.path.dirname(os.path.normpath(os.path.abspath(ckpt_path)))
+
+
 def read_run_info(ckpt_path, name=RUN_INFO):
-    """The JSON file ``name`` next to the checkpoint ``ckpt_path`` (in it, for a hand-off folder) as a dict; ``{}``
-    when there is none.
+    """The JSON file ``name`` of the checkpoint ``ckpt_path``'s :func:`run_folder` as a dict; ``{}`` when there
+    is none.
 
     Raises:
         UserInputError: the file is not a JSON object (names it).
     """
-    folder = ckpt_path if os.path.isdir(ckpt_path) else os.path.dirname(os.path.abspath(ckpt_path))
-    path = os.path.join(folder, name)
+    path = os.path.join(run_folder(ckpt_path), name)
     if not os.path.isfile(path):
         return {}
     try:
@@ -484,7 +492,7 @@ class Predictor:
             task.check_config(cfg, cfg_path)
         except (ConfigError, CheckpointError) as e:
             raise UserInputError(str(e)) from None
-        if not (handoff or os.path.isfile(ckpt_path)):
+        if not (handoff or os.path.isfile(ckpt_path) or is_sharded_checkpoint(ckpt_path)):
             raise UserInputError("checkpoint '{}' does not exist".format(ckpt_path))
         try:
             ckpt = read_handoff(ckpt_path) if handoff else load_checkpoint_file(ckpt_path)

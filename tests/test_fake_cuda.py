@@ -24,6 +24,8 @@ from common.predict import Predictor
 from common.trainer import to_device
 from tests.conftest import load_task
 from tests.fake_cuda import CUDA, ROOT, SIMULATED_DEVICE_NAME, CudaTensor, DeviceError, fake_cuda
+from tests.golden import assert_ranking_close, close
+from tests.test_predict import _Logits
 from tests.test_vit_end2end import vit_opts
 from tests.tiny_vcr import log_text_in, predictor_inputs, run_script
 
@@ -266,8 +268,8 @@ def test_test_py_and_the_predictor_with_attention_maps_on_cuda(runs, tmp_path):
 @pytest.mark.parametrize("name", ["vqa", "refcoco", "cls"])
 def test_test_py_on_cuda_writes_the_cpu_result_file(runs, name, tmp_path):
     """``<task>/test.py`` (common/evaluation.py's inference) of VQA, RefCOCO+ and cls on the GPU, from a checkpoint
-    of the task's tiny run: the result file holds the CPU run's predictions (answers and top-5 classes exact: the
-    simulated device computes with the CPU's kernels on the same values; boxes within 1e-4 pixels)."""
+    of the task's tiny run: the result file holds the CPU run's predictions (answers and
+    top-5 classes tie-aware; boxes within 1e-4 pixels)."""
     import glob
     import json
 
@@ -291,8 +293,24 @@ def test_test_py_on_cuda_writes_the_cpu_result_file(runs, name, tmp_path):
         with open(path) as f:
             results[device] = json.load(f) if path.endswith(".json") else list(csv.reader(f))
     cpu, gpu = results["cpu"], results["cuda"]
-    if name in ("cls", "vqa"):  # index, label, predicted, top-5 / question id, answer: exact, one computation
-        assert gpu == cpu and len(gpu) > 1
+    if name in ("cls", "vqa"):
+        # Choices by argmax: the simulated device runs some ops through other kernels than the CPU run (its fp32
+        # logits agree within LOSS_RTOL), so a choice may differ only between scores that tie within
+        # tests/golden.py's tolerance in the CPU model's scores of the test set, in data set order.
+        loader = build_loader(task, cfg, "test")
+        scores = inference_on_dataset(model, loader, _Logits("label_logits"), "label" if name == "cls" else None)
+        if name == "cls":  # header, then index, label, predicted, top-5 names
+            names = loader.dataset.classes
+            assert gpu[0] == cpu[0] and len(gpu) == len(cpu) == len(scores) + 1 > 2
+            for c, g, row in zip(cpu[1:], gpu[1:], scores):
+                assert g[:2] == c[:2] and g[2] == g[3].split("|")[0], (g, c)
+                assert_ranking_close(*[[(n, row[names.index(n)].item()) for n in r[3].split("|")] for r in (g, c)],
+                                     "cls test row {}".format(c[0]))
+        else:  # question id, answer
+            vocab = loader.dataset.answer_vocab.answers
+            assert [r["question_id"] for r in gpu] == [r["question_id"] for r in cpu] and len(cpu) == len(scores) > 1
+            for c, g, row in zip(cpu, gpu, scores):
+                assert close(row[vocab.index(g["answer"])].item(), row[vocab.index(c["answer"])].item()), (g, c)
     else:  # [{ref_id, sent_id, box}] in data set order
         assert [(r["ref_id"], r["sent_id"]) for r in gpu] == [(r["ref_id"], r["sent_id"]) for r in cpu] and cpu
         assert np.allclose([r["box"] for r in gpu], [r["box"] for r in cpu], atol=1e-4)
@@ -307,7 +325,6 @@ def test_the_predictor_with_attention_maps_on_cuda(runs, name, tmp_path):
     """``Predictor(..., device='cuda')`` of VQA, RefCOCO+, pretraining and cls (VCR: the test above) on one of the tiny
     data's photographs: its predictions are the CPU predictor's (scores within 1e-5: the same kernels on the same
     values, a ranking tie-aware) and, where the model has a VL-BERT, ``attention()`` gives rows that sum to 1."""
-    from tests.golden import assert_ranking_close
     from tests.test_eval_outputs import _checkpoint
 
     run = runs[name]

@@ -22,6 +22,7 @@ from tests.tiny_vcr import tensorboard_scalars_in
 
 DIST_RUN = os.path.join(ROOT, "scripts", "dist_run_single.sh")
 TOL = 1e-5  # float32 rounding of sums taken in another order
+TIE = 1e-3  # relative gap of two logits that weights TOL apart may order either way (far above their change)
 
 
 def launch(entry, cfg, model_dir, opts, nprocs=2):
@@ -68,6 +69,22 @@ def assert_same_training(runs, loss_tag="Train-Loss"):
     return ddp_scalars, fsdp_scalars
 
 
+def near_tied_items(ckpt, opts):
+    """``(near ties, items)`` of the VCR val set under ``ckpt``: items whose two best answer logits differ by
+    at most TIE (relative to the row's largest magnitude), in-process on the CPU."""
+    from common.engine import build_loader, load_for_inference
+    from common.evaluation import inference_on_dataset
+    from tests.test_predict import _Logits
+    from vcr.task import TASK
+
+    cfg = TASK.load_config(VCR_CFG, opts + ["NUM_WORKERS_PER_GPU", "0"])
+    model = load_for_inference(TASK, cfg, ckpt, torch.device("cpu"))
+    logits = inference_on_dataset(model, build_loader(TASK, cfg, "val"), _Logits("label_logits"),
+                                  TASK.label_index_in_batch(cfg))
+    top = logits.topk(2, dim=1).values
+    return int(((top[:, 0] - top[:, 1]) <= TIE * logits.abs().amax(1)).sum()), len(logits)
+
+
 def test_fsdp_equals_ddp_on_vcr_with_accumulation_and_clipping(tmp_path, tiny_vcr):
     """The paper VCR config (ResNet backbone with frozen parts, 2 VL-BERT layers, SGD, clipping at 10), k = 2:
     per-step loss, skipped steps and final weights of 2-rank FSDP = 2-rank DDP."""
@@ -87,8 +104,11 @@ def test_fsdp_equals_ddp_on_vcr_with_accumulation_and_clipping(tmp_path, tiny_vc
                               os.path.join(out, "vl-bert_base_a_res101-best.model"), "--opts"] + tiny_vcr.opts(),
                              env=dict(os.environ, **LAUNCH_ENV), capture_output=True, text=True, timeout=300)
         assert val.returncode == 0, val.stderr[-3000:]
-        accuracy[strategy] = re.search(r"Q->A accuracy on val: ([0-9.]+)", val.stdout).group(1)
-    assert accuracy["fsdp"] == accuracy["ddp"]
+        accuracy[strategy] = float(re.search(r"Q->A accuracy on val: ([0-9.]+)", val.stdout).group(1))
+    # The weights agree within TOL, not bit for bit: an item whose two best answers nearly tie (within TIE of the
+    # DDP model's logits) may be answered either way; the accuracies (4 decimals) differ by at most those items.
+    ties, items = near_tied_items(os.path.join(ddp_out, "vl-bert_base_a_res101-best.model"), tiny_vcr.opts())
+    assert abs(accuracy["fsdp"] - accuracy["ddp"]) <= ties / items + 1e-4, (accuracy, ties, items)
     single = str(tmp_path / "consolidated.model")
     tool = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "consolidate_checkpoint.py"), best, single],
                           capture_output=True, text=True, timeout=300)

@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader, Dataset
 from common.data.multitask import MultiTaskConfigError, MultiTaskDataLoader, dataset_configs
 from common.data.samplers import make_batch_sampler, resolve_key
 from pretrain.task import TASK as PRETRAIN_TASK
+from tests.golden import close
 from tests.tiny_pretrain import cfg_path
 
 
@@ -115,9 +116,21 @@ def test_the_step_record_counts_the_samples_of_every_data_set():
     assert trainer.ctx.record.total_samples == 7 + 7 + 4 * 3
 
 
+def near_ties(outputs, suffix):
+    """The predicted word pieces (label != -1) of ``mlm_logits<suffix>`` whose two best scores tie within
+    tests/golden.py's tolerance: computed in batches of another composition (another process count), their
+    argmax may go either way."""
+    logits = outputs.get("mlm_logits" + suffix)
+    if logits is None:
+        return 0
+    top = logits[outputs["mlm_label" + suffix] != -1].float().topk(2, dim=1).values
+    return sum(close(a, b) for a, b in top.tolist())
+
+
 def test_validation_reads_every_data_set_once_whatever_the_process_count(tiny_pretrain):
     """A DATASET list's validation (captions + text corpus of different lengths) on 1 and on 2 processes
-    (each rank's shard in turn): every accuracy sums the same counts, so every set is read once, in full."""
+    (each rank's shard in turn): every accuracy counts the same items, so every set is read once, in full, and
+    the same right ones but for near ties (the batches differ, so their last bits may)."""
     from common.engine import build_loader
     from tests.tiny_pretrain import opts
     name = "base_e2e_16x16G_fp16.yaml"
@@ -127,20 +140,25 @@ def test_validation_reads_every_data_set_once_whatever_the_process_count(tiny_pr
 
     def counts(world):
         metrics = PRETRAIN_TASK.build_metrics(cfg, for_training=False)
-        lengths = []
+        lengths, ties = [], 0
         for rank in range(world):
             loader = build_loader(PRETRAIN_TASK, cfg, "val", world, rank)
             lengths.append([len(sub) for sub in loader.loaders])
             with torch.no_grad():
                 for batch in loader:
-                    metrics.update(model(*batch)[0])
-        return {m.name: (int(m.num_inst), int(m.sum_metric)) for m in metrics.metrics}, lengths
+                    outputs = model(*batch)[0]
+                    metrics.update(outputs)
+                    ties += sum(near_ties(outputs, suffix) for suffix in ("_wvc", "_aux"))
+        return {m.name: (int(m.num_inst), int(m.sum_metric)) for m in metrics.metrics}, lengths, ties
 
-    one, lengths = counts(1)
+    one, lengths, ties = counts(1)
     assert lengths[0][0] != lengths[0][1]  # the sets differ in length: the shorter one is filled in
-    two, _ = counts(2)
+    two, _, _ = counts(2)
     accuracies = [name for name in one if "Acc" in name]
-    assert accuracies and {n: one[n] for n in accuracies} == {n: two[n] for n in accuracies}
+    assert accuracies
+    for name in accuracies:  # items counted exactly; the right ones may differ only by the near-tied pieces
+        (items, right), (items_two, right_two) = one[name], two[name]
+        assert items == items_two and abs(right - right_two) <= ties, (name, one[name], two[name], ties)
     # the per-batch mean losses skip the filler batches (their losses are NaN): one count per real batch
     assert one["MLMLossWVC"][0] == lengths[0][0] and one["MLMLossAUX"][0] == lengths[0][1]
     corpus = build_loader(PRETRAIN_TASK, dataset_configs(cfg)[1], "val")

@@ -212,6 +212,37 @@ def test_cls_predictions_equal_test_py_csv_and_the_data_sets_probabilities(cls_r
     _assert_same_predictions([predictor({"image": test.images[i]})[0] for i in range(3)], results[:3])
 
 
+def test_a_sharded_checkpoint_folder_reads_the_run_folder_beside_it(cls_run, tmp_path, capsys):
+    """An FSDP run's checkpoint is a folder of DCP shards in the run folder: the predictor and tools/export.py
+    take the class names from the run folder's predictor.json beside it, not from inside it."""
+    import shutil
+
+    from cls.data.datasets import CIFAR10
+    from common.checkpoint import load_checkpoint_file
+    from common.parallel.sharded_checkpoint import save_sharded_checkpoint
+    from common.predict import RUN_INFO
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(os.path.join(os.path.dirname(cls_run["ckpt"]), RUN_INFO), str(run))
+    folder = str(run / "vit-0000.model")
+    save_sharded_checkpoint(load_checkpoint_file(cls_run["ckpt"]), folder).wait()
+    assert os.path.isfile(os.path.join(folder, ".metadata"))  # DCP's index: a sharded folder, not a hand-off
+    test = CIFAR10(cls_run["data"], "test", None)
+    inputs = [{"image": test.images[i]} for i in range(3)]
+    expected = Predictor.from_checkpoint(cls_run["cfg"], cls_run["ckpt"], opts=cls_run["opts"])(inputs)
+    got = Predictor.from_checkpoint(cls_run["cfg"], folder + os.sep, opts=cls_run["opts"])(inputs)
+    assert {p["label"] for r in got for p in r["predictions"]} <= set(cls_run["names"])
+    _assert_same_predictions(got, expected)
+    capsys.readouterr()
+    assert run_script(os.path.join(ROOT, "tools", "export.py"), [
+        "--cfg", cls_run["cfg"], "--ckpt", folder, "--format", "safetensors", "--out", str(tmp_path / "model"),
+        "--opts"] + cls_run["opts"]) in (0, None)
+    with open(run / RUN_INFO) as a, open(tmp_path / "model" / RUN_INFO) as b:
+        written, copied = json.load(a), json.load(b)
+    assert copied == written and written["classes"] == cls_run["names"]
+
+
 def test_a_checkpoint_of_another_task_is_named(cls_run, vqa_run):
     with pytest.raises(UserInputError, match=r"is a checkpoint of task 'cls'.* of task 'vqa'"):
         Predictor.from_checkpoint(VQA_CFG, cls_run["ckpt"], opts=vqa_run["opts"], feature_weights=vqa_run["weights"])

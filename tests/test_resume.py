@@ -43,7 +43,8 @@ def files(model_dir):
 
 
 def assert_same_training_state(a, b):
-    """Model, optimizer, loss scaler, schedule, progress and validation of two checkpoints, bit for bit."""
+    """Model, optimizer, loss scaler, schedule, progress and validation of two checkpoints, bit for bit (exact:
+    a resumed run must reproduce the uninterrupted one, the same computation in one process)."""
     assert a["state_dict"].keys() == b["state_dict"].keys()
     for k in a["state_dict"]:
         assert torch.equal(a["state_dict"][k], b["state_dict"][k]), k

@@ -29,7 +29,7 @@ from common.errors import UserInputError  # noqa: E402
 from common.handoff import CONFIG_FILE, handoff_config, is_handoff, write_handoff  # noqa: E402
 from common.onnx_export import (DEFAULT_OPSET, TOLERANCE, ExportRefused, check_onnx, check_opset,  # noqa: E402
                                 check_packages, export_onnx)
-from common.predict import RUN_INFO, find_task, read_run_info, write_feature_handoff  # noqa: E402
+from common.predict import RUN_INFO, find_task, read_run_info, run_folder, write_feature_handoff  # noqa: E402
 from common.task import get_task  # noqa: E402
 
 TASK_PACKAGES = ("vcr", "vqa", "pretrain", "refcoco", "cls")
@@ -111,9 +111,9 @@ def main(argv=None):
         raise ExportRefused(task.name, refusal)
     model = load_for_inference(task, cfg, args.ckpt, "cpu")
     if args.format == "safetensors":
-        run = args.ckpt if os.path.isdir(args.ckpt) else os.path.dirname(os.path.abspath(args.ckpt))
         features, notes = write_feature_handoff(task, cfg, args.ckpt, args.out)
-        for path in write_handoff(args.out, task, cfg, model, [os.path.join(run, RUN_INFO)]) + features:
+        run_info = os.path.join(run_folder(args.ckpt), RUN_INFO)
+        for path in write_handoff(args.out, task, cfg, model, [run_info]) + features:
             print("wrote {}".format(path))
         for note in notes:
             print("note: {}".format(note))
