@@ -103,6 +103,7 @@ def project_frame(skip=()):
 
 _DISPATCH_FILES = tuple(os.path.join("torch", f) for f in ("_ops.py", "overrides.py", "_tensor.py", "_compile.py",
                                                           os.path.join("utils", "_python_dispatch.py"),
+                                                          os.path.join("utils", "_pytree.py"),  # wraps results
                                                           os.path.join("_dynamo", "eval_frame.py")))
 
 
@@ -183,7 +184,8 @@ class FakeCuda(TorchDispatchMode):
             for a in args:  # in-place: the same tensor (a CPU one stays on the CPU: cpu_tensor.copy_(cuda_tensor))
                 if a is x or _is_cuda(a) and a.cpu_value is x:
                     return a
-        if x.dtype == torch.float64 and _issued_by_project():
+        # a 0-dim float64 (a metric's exact running sum) costs nothing; an array of them is 30-60x slower
+        if x.dtype == torch.float64 and x.dim() > 0 and _issued_by_project():
             raise DeviceError("float64 tensor made on the GPU by {} at {}".format(func, project_frame()))
         return CudaTensor(x)
 
@@ -257,7 +259,9 @@ class _CudaIndex(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is not torch.device:
+        # deepcopy's memo must stay the one dict (tied weights stay tied in a copy), and mapping it at each
+        # tensor copied would take time quadratic in the model's size; it holds no device
+        if func is not torch.device and func is not torch.Tensor.__deepcopy__:
             args, kwargs = tree_map(_index_cuda, (args, kwargs))
         return func(*args, **kwargs)
 

@@ -54,12 +54,16 @@ def runs(tmp_path_factory):
         return task_runs(str(tmp_path_factory.mktemp("fake_cuda")))
 
 
-def case_config(runs, name, *extra):
+def case_opts(runs, name):
+    """The config overrides of case ``name``: its task run's, then the case's own."""
     task_name, more = CASES[name]
-    run = runs[task_name]
-    task = load_task(task_name)
-    more = vit_opts(task_name) if more == "vit" else more
-    cfg = task.load_config(run["cfg"], list(run["opts"]) + more + ["NUM_WORKERS_PER_GPU", "0"] + list(extra))
+    return list(runs[task_name]["opts"]) + (vit_opts(task_name) if more == "vit" else more)
+
+
+def case_config(runs, name, *extra):
+    task = load_task(CASES[name][0])
+    cfg = task.load_config(runs[CASES[name][0]]["cfg"], case_opts(runs, name) + ["NUM_WORKERS_PER_GPU", "0"]
+                           + list(extra))
     return task, cfg
 
 
@@ -160,15 +164,13 @@ TRAIN_OPTS = ["TRAIN.FP16", "True", "TRAIN.FP16_DTYPE", "float16", "TRAIN.FP16_L
               "TRAIN.EMA_DECAY", "0.9", "NUM_WORKERS_PER_GPU", "0"]
 
 
-@pytest.mark.parametrize("name", ["vcr-q2a"] + [pytest.param(n, marks=pytest.mark.slow)
-                                                 for n in ("vqa", "refcoco", "pretrain", "cls")])
+@pytest.mark.parametrize("name", list(CASES))
 def test_training_and_resume_on_cuda(runs, name, tmp_path):
     """The training entry point on the GPU (fp16 with the dynamic loss scale, clipping, bf16 AdamW moments, EMA;
     synthetic gradients, see tests/fake_cuda.py): one epoch, then one more resumed from its checkpoint; the
     optimizer state restored onto the GPU in bf16; the EMA weights written."""
-    task_name = CASES[name][0]
-    run = runs[task_name]
-    argv = ["--cfg", run["cfg"], "--model-dir", str(tmp_path), "--opts"] + list(run["opts"]) + TRAIN_OPTS
+    run = runs[CASES[name][0]]
+    argv = ["--cfg", run["cfg"], "--model-dir", str(tmp_path), "--opts"] + case_opts(runs, name) + TRAIN_OPTS
     with fake_cuda():
         assert run_script(run["entry"], argv) in (0, None)
         assert run_script(run["entry"], argv + ["TRAIN.END_EPOCH", "2"]) in (0, None)
@@ -183,7 +185,7 @@ def test_training_and_resume_on_cuda(runs, name, tmp_path):
     assert ckpt["amp"]["loss_scale"] > 1  # fp16: the dynamic scale ran
     assert math.isfinite(state["last_finite_loss"])
     assert run_file(tmp_path, "-ema.model")
-    task, cfg = case_config(runs, name, *TRAIN_OPTS[:-2])
+    task, cfg = case_config(runs, name, *TRAIN_OPTS)
     with fake_cuda():
         model = build_model(task, cfg, CUDA)
         optimizer = build_optimizer(cfg, model, 1)
@@ -232,6 +234,37 @@ def test_a_cpu_arange_in_a_forward_and_a_batch_field_left_on_the_cpu_are_caught_
         assert 0 < int(line) <= len(f.read().splitlines())
 
 
+def test_a_float64_tensor_and_a_dtype_mismatch_in_a_forward_are_caught_and_located(runs, monkeypatch):
+    """The dtype checks: a float64 tensor made on the GPU in the VCR model's forward (a GPU's float64 is 30-60x
+    slower), and a half-precision weight meeting fp32 activations outside autocast; each message names the
+    injected line."""
+    task, cfg = case_config(runs, "vcr-q2a")
+    model = build_model(task, cfg)
+    batch = next(iter(build_loader(task, cfg, "train")))
+    encode = type(model)._encode
+
+    def encode_in_float64(self, image, *args):
+        return encode(self, image * torch.ones(image.shape[-1], dtype=torch.float64, device=image.device).float(),
+                      *args)
+
+    def encode_with_a_half_weight(self, image, *args):
+        return encode(self, image @ torch.eye(image.shape[-1], device=image.device, dtype=torch.half), *args)
+
+    with fake_cuda():
+        model.to(CUDA)
+        on_gpu = to_device(batch, CUDA)
+        for injected, expected in ((encode_in_float64, "float64 tensor made on the GPU"),
+                                   (encode_with_a_half_weight, "")):
+            with monkeypatch.context() as patch:
+                patch.setattr(type(model), "_encode", injected)
+                with pytest.raises(DeviceError) as caught:
+                    model(*on_gpu)
+            message = str(caught.value)
+            assert expected in message
+            line = injected.__code__.co_firstlineno + 1
+            assert ("tests/test_fake_cuda.py", str(line)) in LOCATION.findall(message), message
+
+
 def test_test_py_and_the_predictor_with_attention_maps_on_cuda(runs, tmp_path):
     """vcr/test.py's inference (common/evaluation.py) and ``Predictor(..., device='cuda')`` with ``attention()``
     on the GPU, from a checkpoint of the tiny VCR run: the predictor's probabilities are test.py's CSV ones, the
@@ -265,25 +298,30 @@ def test_test_py_and_the_predictor_with_attention_maps_on_cuda(runs, tmp_path):
     assert np.allclose(probs.sum(-1), 1, atol=1e-4)  # each query's attention over the unpadded keys
 
 
-@pytest.mark.parametrize("name", ["vqa", "refcoco", "cls"])
+@pytest.mark.parametrize("name", ["vcr-qa2r", "vcr-vit", "vqa", "refcoco", "refcoco-vit", "cls"])
 def test_test_py_on_cuda_writes_the_cpu_result_file(runs, name, tmp_path):
-    """``<task>/test.py`` (common/evaluation.py's inference) of VQA, RefCOCO+ and cls on the GPU, from a checkpoint
-    of the task's tiny run: the result file holds the CPU run's predictions (answers and
-    top-5 classes tie-aware; boxes within 1e-4 pixels)."""
+    """``<task>/test.py`` (common/evaluation.py's inference) on the GPU, from a checkpoint of the case's tiny run
+    (VCR Q->A: the test above): the result file holds the CPU run's predictions (answers and top-5 classes
+    tie-aware, VCR's probabilities within 1e-5, boxes within 1e-4 pixels)."""
     import glob
     import json
 
-    run = runs[name]
+    task_name = CASES[name][0]
+    run = runs[task_name]
     task, cfg = case_config(runs, name)
     torch.manual_seed(0)
     model = build_model(task, cfg)
     ckpt = str(tmp_path / "model-0000.model")
     torch.save({"state_dict": model.state_dict(), "config": cfg.dump()}, ckpt)
-    entry = os.path.join(ROOT, name, "test.py")
+    entry = os.path.join(ROOT, task_name, "test.py")
+    model_args = ["--cfg", run["cfg"], "--ckpt", ckpt]
+    if task_name == "vcr":  # the answer or the rationale model, by the case's DATASET.TASK
+        role = {"Q2A": "a", "QA2R": "r"}[cfg.DATASET.TASK]
+        model_args = ["--{}-cfg".format(role), run["cfg"], "--{}-ckpt".format(role), ckpt]
     results = {}
     for device in ("cpu", "cuda"):
-        argv = ["--cfg", run["cfg"], "--ckpt", ckpt, "--result-path", str(tmp_path / device), "--result-name", "t",
-                "--opts"] + list(run["opts"]) + ["NUM_WORKERS_PER_GPU", "0"]
+        argv = model_args + ["--result-path", str(tmp_path / device), "--result-name", "t",
+                             "--opts"] + case_opts(runs, name) + ["NUM_WORKERS_PER_GPU", "0"]
         if device == "cpu":
             assert run_script(entry, argv) in (0, None)
         else:
@@ -311,6 +349,10 @@ def test_test_py_on_cuda_writes_the_cpu_result_file(runs, name, tmp_path):
             assert [r["question_id"] for r in gpu] == [r["question_id"] for r in cpu] and len(cpu) == len(scores) > 1
             for c, g, row in zip(cpu, gpu, scores):
                 assert close(row[vocab.index(g["answer"])].item(), row[vocab.index(c["answer"])].item()), (g, c)
+    elif task_name == "vcr":  # header, then the annotation id and the probabilities of each item
+        assert [r[0] for r in gpu] == [r[0] for r in cpu] and len(cpu) > 2
+        assert np.allclose(np.array([r[1:] for r in gpu[1:]], dtype=float),
+                           np.array([r[1:] for r in cpu[1:]], dtype=float), atol=1e-5)
     else:  # [{ref_id, sent_id, box}] in data set order
         assert [(r["ref_id"], r["sent_id"]) for r in gpu] == [(r["ref_id"], r["sent_id"]) for r in cpu] and cpu
         assert np.allclose([r["box"] for r in gpu], [r["box"] for r in cpu], atol=1e-4)
@@ -318,19 +360,22 @@ def test_test_py_on_cuda_writes_the_cpu_result_file(runs, name, tmp_path):
 
 PREDICTOR_TEXT = {"vqa": {"question": "what color is it ?"}, "refcoco": {"expression": "the shape on the left"},
                   "pretrain": {"caption": "a [MASK] on the table"}, "cls": {}}
+PREDICTOR_CASES = ["vcr-qa2r", "vqa", "refcoco", "pretrain", "cls", "vcr-vit", "refcoco-vit", "pretrain-vit"]
 
 
-@pytest.mark.parametrize("name", list(PREDICTOR_TEXT))
+@pytest.mark.parametrize("name", PREDICTOR_CASES)
 def test_the_predictor_with_attention_maps_on_cuda(runs, name, tmp_path):
-    """``Predictor(..., device='cuda')`` of VQA, RefCOCO+, pretraining and cls (VCR: the test above) on one of the tiny
-    data's photographs: its predictions are the CPU predictor's (scores within 1e-5: the same kernels on the same
-    values, a ranking tie-aware) and, where the model has a VL-BERT, ``attention()`` gives rows that sum to 1."""
+    """``Predictor(..., device='cuda')`` of every case but VCR Q->A (the test above) on one of the tiny data's
+    photographs: its predictions are the CPU predictor's (scores within 1e-6 relative: the GPU's fp32 may run
+    other kernels, a ranking tie-aware) and, where the model has a VL-BERT, ``attention()`` gives rows that
+    sum to 1."""
     from tests.test_eval_outputs import _checkpoint
 
-    run = runs[name]
+    task_name = CASES[name][0]
+    run = runs[task_name]
     task, cfg = case_config(runs, name)
     ckpt = _checkpoint(task, cfg, tmp_path / "model-0000.model")
-    opts, extra = list(run["opts"]) + ["NUM_WORKERS_PER_GPU", "0"], {}
+    opts, extra = case_opts(runs, name) + ["NUM_WORKERS_PER_GPU", "0"], {}
     if name == "vqa":  # precomputed features: the predictor recomputes them with the encoder that made them
         from bench.smoke_paper_config import random_resnet_file
         from tests.test_predict import FEATURE_OPTS
@@ -339,17 +384,23 @@ def test_the_predictor_with_attention_maps_on_cuda(runs, name, tmp_path):
         opts, extra = opts + FEATURE_OPTS, {"feature_weights": str(tmp_path / "resnet50-0000.model")}
         ckpt = _checkpoint(task, task.load_config(run["cfg"], opts), tmp_path / "model-0000.model")
     _, vcr_inputs = predictor_inputs(runs["vcr"]["opts"][runs["vcr"]["opts"].index("DATASET.DATASET_PATH") + 1])
-    inp = dict(PREDICTOR_TEXT[name], image=vcr_inputs[0]["image"])
-    grid = None if name == "cls" else {"kind": "grid", "grid": "2x2"}
+    if task_name == "vcr":  # Q->A or QA->R by the case's DATASET.TASK: the rationales given answer 0
+        inp = dict(vcr_inputs[0], answer_index=0) if cfg.DATASET.TASK == "QA2R" else \
+            {k: v for k, v in vcr_inputs[0].items() if k != "rationales"}
+    else:
+        inp = dict(PREDICTOR_TEXT[task_name], image=vcr_inputs[0]["image"])
+    grid = None if task_name in ("cls", "vcr") else {"kind": "grid", "grid": "2x2"}
     cpu = Predictor.from_checkpoint(run["cfg"], ckpt, opts=opts, box_source=grid, **extra)
     with fake_cuda():
         predictor = Predictor.from_checkpoint(run["cfg"], ckpt, device="cuda", opts=opts, box_source=grid, **extra)
         assert all(isinstance(p, CudaTensor) for p in predictor.model.parameters())
         got, = predictor(inp)
-        maps = predictor.attention(inp) if name != "cls" else None
+        maps = predictor.attention(inp) if task_name != "cls" else None
     want, = cpu(inp)
-    rankings = [want["masks"], got["masks"]] if name == "pretrain" else [[want["predictions"]], [got["predictions"]]]
+    key = "rationale_predictions" if "rationale_predictions" in want else "predictions"
+    rankings = [want["masks"], got["masks"]] if task_name == "pretrain" else [[want[key]], [got[key]]]
     for w, g in zip(*rankings):
+        assert w
         assert_ranking_close([(p["label"], p["score"]) for p in g], [(p["label"], p["score"]) for p in w], name)
     if maps is not None:
         assert maps["probs"].shape[-1] == len(maps["tokens"])

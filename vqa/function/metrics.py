@@ -23,5 +23,5 @@ class SoftAccuracy(EvalMetric):
         with torch.no_grad():
             logits, label = outputs["label_logits"], outputs["label"]
             top = logits.argmax(1, keepdim=True)
-            self.sum_metric = self.sum_metric + label.gather(1, top).double().sum()
+            self.sum_metric = self.sum_metric + label.gather(1, top).sum(dtype=torch.float64)
             self.num_inst = self.num_inst + logits.shape[0]
