@@ -39,6 +39,7 @@ def task_runs(root):
 
     vcr = tiny_vcr.make_inputs(os.path.join(root, "vcr"))  # 16 items, 2 images x 4 micro-batches a step
     vqa = tiny_vqa.make_inputs(os.path.join(root, "vqa"))  # 8 questions, 2 x 2
+    tiny_vqa.write_images(vqa)  # the photographs too, for an image encoder's run (the ViT's)
     refcoco = write_refcoco(os.path.join(root, "refcoco"))  # 4 expressions, 1 x 2
     pretrain = tiny_pretrain.make_inputs(os.path.join(root, "pretrain"))  # 15 captions, 2 x 4
     cls = make_cls_demo_data.write(os.path.join(root, "cls"), train=16, test=4)  # 16 images, 2 x 4

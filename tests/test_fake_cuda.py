@@ -36,6 +36,7 @@ CASES = {  # name: (task run of task_runs, extra opts)
     "refcoco": ("refcoco", []),
     "pretrain": ("pretrain", []),
     "cls": ("cls", []),
+    "vqa-vit": ("vqa", "vit"),
     "vcr-vit": ("vcr", "vit"),
     "refcoco-vit": ("refcoco", "vit"),
     "pretrain-vit": ("pretrain", "vit"),
@@ -55,9 +56,13 @@ def runs(tmp_path_factory):
 
 
 def case_opts(runs, name):
-    """The config overrides of case ``name``: its task run's, then the case's own."""
+    """The config overrides of case ``name``: its task run's, then the case's own (VQA's ViT reads the
+    photographs, not the precomputed features)."""
     task_name, more = CASES[name]
-    return list(runs[task_name]["opts"]) + (vit_opts(task_name) if more == "vit" else more)
+    if more == "vit":
+        more = vit_opts(task_name) + (["NETWORK.IMAGE_FEAT_PRECOMPUTED", "False", "SCALES", "[32, 48]"]
+                                      if task_name == "vqa" else [])
+    return list(runs[task_name]["opts"]) + more
 
 
 def case_config(runs, name, *extra):
@@ -298,7 +303,7 @@ def test_test_py_and_the_predictor_with_attention_maps_on_cuda(runs, tmp_path):
     assert np.allclose(probs.sum(-1), 1, atol=1e-4)  # each query's attention over the unpadded keys
 
 
-@pytest.mark.parametrize("name", ["vcr-qa2r", "vcr-vit", "vqa", "refcoco", "refcoco-vit", "cls"])
+@pytest.mark.parametrize("name", ["vcr-qa2r", "vcr-vit", "vqa", "vqa-vit", "refcoco", "refcoco-vit", "cls"])
 def test_test_py_on_cuda_writes_the_cpu_result_file(runs, name, tmp_path):
     """``<task>/test.py`` (common/evaluation.py's inference) on the GPU, from a checkpoint of the case's tiny run
     (VCR Q->A: the test above): the result file holds the CPU run's predictions (answers and top-5 classes
@@ -331,13 +336,13 @@ def test_test_py_on_cuda_writes_the_cpu_result_file(runs, name, tmp_path):
         with open(path) as f:
             results[device] = json.load(f) if path.endswith(".json") else list(csv.reader(f))
     cpu, gpu = results["cpu"], results["cuda"]
-    if name in ("cls", "vqa"):
+    if task_name in ("cls", "vqa"):
         # Choices by argmax: the simulated device runs some ops through other kernels than the CPU run (its fp32
         # logits agree within LOSS_RTOL), so a choice may differ only between scores that tie within
         # tests/golden.py's tolerance in the CPU model's scores of the test set, in data set order.
         loader = build_loader(task, cfg, "test")
-        scores = inference_on_dataset(model, loader, _Logits("label_logits"), "label" if name == "cls" else None)
-        if name == "cls":  # header, then index, label, predicted, top-5 names
+        scores = inference_on_dataset(model, loader, _Logits("label_logits"), "label" if task_name == "cls" else None)
+        if task_name == "cls":  # header, then index, label, predicted, top-5 names
             names = loader.dataset.classes
             assert gpu[0] == cpu[0] and len(gpu) == len(cpu) == len(scores) + 1 > 2
             for c, g, row in zip(cpu[1:], gpu[1:], scores):
@@ -360,7 +365,8 @@ def test_test_py_on_cuda_writes_the_cpu_result_file(runs, name, tmp_path):
 
 PREDICTOR_TEXT = {"vqa": {"question": "what color is it ?"}, "refcoco": {"expression": "the shape on the left"},
                   "pretrain": {"caption": "a [MASK] on the table"}, "cls": {}}
-PREDICTOR_CASES = ["vcr-qa2r", "vqa", "refcoco", "pretrain", "cls", "vcr-vit", "refcoco-vit", "pretrain-vit"]
+PREDICTOR_CASES = ["vcr-qa2r", "vqa", "refcoco", "pretrain", "cls", "vqa-vit", "vcr-vit", "refcoco-vit",
+                   "pretrain-vit"]
 
 
 @pytest.mark.parametrize("name", PREDICTOR_CASES)
