@@ -61,15 +61,32 @@ def _git(*args) -> Optional[str]:
         return None
 
 
+# An untracked file's contents enter diff_sha256 up to this size (a new module, a changed config); a larger one
+# (a data file kept in the checkout) by its path and size only, so that the record does not read it.
+MAX_UNTRACKED_HASHED = 1 << 20
+
+
 def git_info() -> dict:
-    """``{commit, dirty, diff_sha256}`` of the code's checkout: HEAD, whether tracked files differ from it, and
-    the sha256 of ``git diff HEAD`` (None each outside a git checkout or without git)."""
+    """``{commit, dirty, diff_sha256}`` of the code's checkout: HEAD, whether tracked files differ from it or
+    files git neither tracks nor ignores are there (a new module), and the sha256 of ``git diff HEAD`` followed by
+    each such file's path and contents (its size alone above :data:`MAX_UNTRACKED_HASHED`); None each outside a
+    git checkout or without git."""
     commit = _git("rev-parse", "HEAD")
     if commit is None:
         return {"commit": None, "dirty": None, "diff_sha256": None}
-    diff = _git("diff", "HEAD") or ""
-    return {"commit": commit.strip(), "dirty": bool(diff),
-            "diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if diff else None}
+    diff = (_git("diff", "HEAD") or "").encode()
+    untracked = sorted(filter(None, (_git("ls-files", "--others", "--exclude-standard", "-z") or "").split("\0")))
+    if not diff and not untracked:
+        return {"commit": commit.strip(), "dirty": False, "diff_sha256": None}
+    digest = hashlib.sha256(diff)
+    for name in untracked:
+        path = os.path.join(ROOT, name)
+        size = os.path.getsize(path) if os.path.isfile(path) else 0
+        digest.update("\0{}\0{}\0".format(name, size).encode())
+        if 0 < size <= MAX_UNTRACKED_HASHED:
+            with open(path, "rb") as f:
+                digest.update(f.read())
+    return {"commit": commit.strip(), "dirty": True, "diff_sha256": digest.hexdigest()}
 
 
 def env_info(device: torch.device) -> dict:

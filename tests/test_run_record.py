@@ -22,8 +22,9 @@ def test_paper_table_in_docs_is_the_products():
 
 
 def test_git_info_of_a_checkout_a_changed_checkout_and_a_plain_folder(tmp_path, monkeypatch):
-    """git_info on a fresh commit (clean), after a tracked file changed (dirty, the sha256 of ``git diff HEAD``)
-    and in a folder that is no checkout (all None)."""
+    """git_info on a fresh commit (clean), after a tracked file changed (dirty, the sha256 of ``git diff HEAD``),
+    with a new untracked module (dirty) or only ignored files (clean), and in a folder that is no checkout (all
+    None)."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
@@ -37,6 +38,15 @@ def test_git_info_of_a_checkout_a_changed_checkout_and_a_plain_folder(tmp_path, 
     (repo / "a.py").write_text("x = 2\n")
     diff = subprocess.run(git + ["diff", "HEAD"], capture_output=True, check=True).stdout
     assert run_record.git_info() == {"commit": head, "dirty": True, "diff_sha256": hashlib.sha256(diff).hexdigest()}
+    # a new module git does not ignore: dirty, and its path and contents enter the hash
+    (repo / "a.py").write_text("x = 1\n")
+    (repo / "new_loss.py").write_text("y = 1\n")
+    untracked = hashlib.sha256(b"\0new_loss.py\0" + b"6\0" + b"y = 1\n").hexdigest()  # path, size, contents
+    assert run_record.git_info() == {"commit": head, "dirty": True, "diff_sha256": untracked}
+    (repo / ".gitignore").write_text("output/\nnew_loss.py\n.gitignore\n")
+    (repo / "output").mkdir()
+    (repo / "output" / "run.json").write_text("{}")  # an ignored run folder leaves the checkout clean
+    assert run_record.git_info() == {"commit": head, "dirty": False, "diff_sha256": None}
     plain = tmp_path / "plain"
     plain.mkdir()
     monkeypatch.setattr(run_record, "ROOT", str(plain))
