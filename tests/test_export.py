@@ -382,3 +382,48 @@ def test_cls_onnx_metadata_feeds_the_docs_numpy_consumer_as_predict_py_ranks(cls
             assert gp["label"] == ep["label"] or (tied and abs(tied[0] - ep["score"]) <= 2e-5), e["image"]
         np.testing.assert_allclose([p["score"] for p in g["predictions"]], [p["score"] for p in e["predictions"]],
                                    rtol=0, atol=1e-5)
+
+
+def test_the_docs_consumer_center_crops_as_torchvision_for_a_center_crop_file(cls_run, tmp_path, capsys):
+    """Our export writes ``crop_mode`` 'squash'; a file in timm's 'center' mode (``crop_pct`` 0.875, set here in
+    the metadata) takes the docs consumer's other branch: its top-5 equal onnxruntime's on torchvision's
+    ``Resize(int(size / crop_pct))`` + ``CenterCrop(size)`` of the same photos, probabilities within 1e-5."""
+    import subprocess
+    from PIL import Image
+    from torchvision import transforms
+
+    cfg_path, ckpt, _ = cls_run
+    squash, path = str(tmp_path / "squash.onnx"), str(tmp_path / "center.onnx")
+    assert export(capsys, "--cfg", cfg_path, "--ckpt", ckpt, "--format", "onnx", "--out", squash, "--opts",
+                  *CLS_STATS)[0] == 0
+    model = onnx.load(squash)
+    for prop in model.metadata_props:
+        prop.value = {"crop_mode": '"center"', "crop_pct": "0.875"}.get(prop.key, prop.value)
+    onnx.save(model, path)
+    meta = {p.key: json.loads(p.value) for p in model.metadata_props}
+    rng = np.random.default_rng(1)
+    photos = []
+    for k, (w, h) in enumerate([(40, 30), (17, 61), (100, 100), (31, 77), (320, 24)]):  # wide, tall, odd margins
+        photos.append(str(tmp_path / "c{}.png".format(k)))
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(photos[-1])
+    (tmp_path / "classify.py").write_text(doc_consumer())
+    done = subprocess.run([sys.executable, str(tmp_path / "classify.py"), path] + photos, capture_output=True,
+                          text=True, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+
+    size = meta["input_size"][1]
+    prep = transforms.Compose([transforms.Resize(int(size / 0.875), transforms.InterpolationMode.BILINEAR),
+                               transforms.CenterCrop(size), transforms.ToTensor(),
+                               transforms.Normalize(meta["mean"], meta["std"])])
+    batch = torch.stack([prep(Image.open(p).convert("RGB")) for p in photos]).numpy()
+    logits, = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+        ["label_logits"], {"image": batch})
+    probs = torch.softmax(torch.from_numpy(logits), 1)
+    assert len(got) == len(photos)
+    for g, row in zip(got, probs):
+        names = meta["label_names"]
+        expected = [(names[i], row[i].item()) for i in torch.sort(row, descending=True, stable=True).indices[:5]]
+        for (label, score), p in zip(expected, g["predictions"]):
+            assert abs(p["score"] - score) <= 1e-5 and (p["label"] == label or abs(
+                row[names.index(p["label"])].item() - score) <= 1e-5), (g["image"], p, label, score)
