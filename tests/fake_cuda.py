@@ -165,9 +165,10 @@ class FakeCuda(TorchDispatchMode):
         # Where the results live on a GPU: an explicit device= wins, else that of the inputs.
         on_cuda = to_cuda if device is not None else cuda_in
         if on_cuda:
+            if isinstance(out, torch.Tensor):  # most ops: no flattening
+                return self._wrap_cuda(func, out, args)
             return tree_map(lambda x: self._wrap_cuda(func, x, args), out)
         # A CPU result (rare on a GPU run): remember the line that made it, and whether its data predates the check.
-        flat = tree_flatten((args, kwargs))[0]
         origin = project_frame()
         if any(isinstance(x, torch.Tensor) and _BEFORE in self._origin(x) for x in flat):
             origin += " from a tensor " + _BEFORE
@@ -254,15 +255,16 @@ def _index_cuda(x):
 
 
 class _CudaIndex(TorchFunctionMode):
-    """'cuda' -> 'cuda:0' in every torch call's arguments: without an index the C++ side asks the driver for
-    the current device."""
+    """'cuda' -> 'cuda:0' in every torch call's arguments (positional or keyword, where a device is given:
+    ``.to('cuda')``, ``device='cuda'``): without an index the C++ side asks the driver for the current device.
+    Nested containers are left as they are (no torch call takes its device inside one; flattening every
+    call's arguments doubled the run time, and would copy deepcopy's memo dict)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        # deepcopy's memo must stay the one dict (tied weights stay tied in a copy), and mapping it at each
-        # tensor copied would take time quadratic in the model's size; it holds no device
-        if func is not torch.device and func is not torch.Tensor.__deepcopy__:
-            args, kwargs = tree_map(_index_cuda, (args, kwargs))
+        if func is not torch.device:
+            args = tuple(_index_cuda(a) for a in args)
+            kwargs = {k: _index_cuda(v) for k, v in kwargs.items()}
         return func(*args, **kwargs)
 
 
