@@ -175,7 +175,11 @@ def test_training_and_resume_on_cuda(runs, name, tmp_path):
     synthetic gradients, see tests/fake_cuda.py): one epoch, then one more resumed from its checkpoint; the
     optimizer state restored onto the GPU in bf16; the EMA weights written."""
     run = runs[CASES[name][0]]
-    argv = ["--cfg", run["cfg"], "--model-dir", str(tmp_path), "--opts"] + case_opts(runs, name) + TRAIN_OPTS
+    # fewer, larger validation batches (the simulated device costs per op, not per sample)
+    val_batch = case_config(runs, name)[1].VAL.BATCH_IMAGES
+    train_opts = TRAIN_OPTS + ["VAL.BATCH_IMAGES", json.dumps([8] * len(val_batch) if isinstance(val_batch, list)
+                                                              else 8)]
+    argv = ["--cfg", run["cfg"], "--model-dir", str(tmp_path), "--opts"] + case_opts(runs, name) + train_opts
     with fake_cuda():
         assert run_script(run["entry"], argv) in (0, None)
         assert run_script(run["entry"], argv + ["TRAIN.END_EPOCH", "2"]) in (0, None)
@@ -190,7 +194,7 @@ def test_training_and_resume_on_cuda(runs, name, tmp_path):
     assert ckpt["amp"]["loss_scale"] > 1  # fp16: the dynamic scale ran
     assert math.isfinite(state["last_finite_loss"])
     assert run_file(tmp_path, "-ema.model")
-    task, cfg = case_config(runs, name, *TRAIN_OPTS)
+    task, cfg = case_config(runs, name, *train_opts)
     with fake_cuda():
         model = build_model(task, cfg, CUDA)
         optimizer = build_optimizer(cfg, model, 1)
