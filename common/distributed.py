@@ -32,8 +32,11 @@ JOB_KEY = "slurm_job_id"
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 # The exit code of a rank whose collective failed because a peer is gone (common.engine.train_net).
 PEER_LOST_EXIT_CODE = 4
-# After a collective failed, the ranks that still reach the rendezvous store check in for this long; the
-# others are named as lost (:func:`report_lost_peers`).
+# Every rank of a group bumps its counter in the rendezvous store every HEARTBEAT_S s (a daemon thread): after a
+# collective failed, a rank still blocked in a collective of its own is told from a lost one. A rank whose
+# counter stands still for CHECK_IN_S s, and that has not stopped on the failure itself, is named as lost
+# (:func:`report_lost_peers`).
+HEARTBEAT_S = 1
 CHECK_IN_S = 5
 
 
@@ -192,8 +195,11 @@ def init_distributed(distributed=True, slurm=False, timeout_s=DEFAULT_TIMEOUT_S)
         rendezvous = {"store": job_store(rank, world_size, timeout)} if slurm else {"init_method": "env://"}
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=timeout,
                                 device_id=device if backend == "nccl" else None, **rendezvous)
-        # each rank's host, for naming a lost peer (report_lost_peers)
-        dist.distributed_c10d._get_default_store().set("host/{}".format(rank), socket.gethostname())
+        # each rank's host and heartbeat, for naming a lost peer (report_lost_peers)
+        store = dist.distributed_c10d._get_default_store()
+        store.set("host/{}".format(rank), socket.gethostname())
+        if world_size > 1:
+            _start_heartbeat(store, rank)
     return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
 
 
@@ -205,12 +211,26 @@ def is_peer_failure(error):
     return isinstance(error, dist.DistError) or "/gloo/" in str(error)
 
 
+def _start_heartbeat(store, rank):
+    """Bump ``beat/<rank>`` in ``store`` every :data:`HEARTBEAT_S` s in a daemon thread, until the store fails."""
+    def beat():
+        key = "beat/{}".format(rank)
+        try:
+            while True:
+                store.add(key, 1)
+                time.sleep(HEARTBEAT_S)
+        except Exception:  # the store (or its host) is gone: there is nobody left to tell
+            return
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+
+
 def report_lost_peers(error, logger):
     """After a collective failed (:func:`is_peer_failure`), log one ``error:`` line naming the lost peers.
 
-    Every rank that still reaches the rendezvous store (on MASTER_ADDR) checks in and waits up to
-    :data:`CHECK_IN_S` s for the others; the ranks that did not check in are named with their host. A rank that
-    cannot reach the store names MASTER_ADDR (rank 0's host) instead.
+    This rank marks itself as stopped in the rendezvous store (on MASTER_ADDR), then watches the ranks'
+    heartbeats for :data:`CHECK_IN_S` s: a rank whose heartbeat stood still and that did not stop on the failure
+    itself is lost, named with its host. A live rank still blocked in a collective of its own (it fails once its
+    peers exit) is not named. A rank that cannot reach the store names MASTER_ADDR (rank 0's host) instead.
 
     Args:
         error (Exception): the collective's error; its first line ends the message.
@@ -225,18 +245,18 @@ def report_lost_peers(error, logger):
     store = dist.distributed_c10d._get_default_store()
     found = {}
 
-    def check_in():
+    def watch():
         store.set_timeout(datetime.timedelta(seconds=CHECK_IN_S))
-        store.set("alive/{}".format(rank), host)
-        keys = ["alive/{}".format(r) for r in range(world_size)]
-        deadline = time.monotonic() + CHECK_IN_S
-        while time.monotonic() < deadline and not store.check(keys):
-            time.sleep(0.2)
-        lost = [r for r in range(world_size) if not store.check(["alive/{}".format(r)])]
+        store.set("stopped/{}".format(rank), host)
+        others = [r for r in range(world_size) if r != rank]
+        before = {r: store.add("beat/{}".format(r), 0) for r in others}
+        time.sleep(CHECK_IN_S)
+        lost = [r for r in others if store.add("beat/{}".format(r), 0) == before[r]
+                and not store.check(["stopped/{}".format(r)])]
         found["lost"] = lost, [store.get("host/{}".format(r)).decode() for r in lost]
 
     # in a thread: a store behind a dead link blocks in TCP retransmits (minutes), not in the store's timeout
-    thread = threading.Thread(target=check_in, daemon=True)
+    thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     thread.join(2 * CHECK_IN_S + 2)
     if "lost" in found:
@@ -246,7 +266,7 @@ def report_lost_peers(error, logger):
                      "%d on %s; the collective failed: %s", os.environ.get("MASTER_ADDR"),
                      os.environ.get("MASTER_PORT"), rank, host, reason)
         return []
-    names = ", ".join("rank {} on {}".format(r, h) for r, h in zip(lost, hosts)) or "none named (all checked in)"
+    names = ", ".join("rank {} on {}".format(r, h) for r, h in zip(lost, hosts)) or "none named (every rank is alive)"
     logger.error("error: lost peer: %s; rank %d on %s stops: the collective failed: %s", names, rank, host, reason)
     return lost
 

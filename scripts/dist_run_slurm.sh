@@ -9,7 +9,8 @@
 #                GRES (default gpu:GPUS_PER_NODE when `sinfo -p PARTITION` lists GPUs, else none;
 #                      'none' asks for none), OMP_NUM_THREADS (default 1 per task, as torchrun),
 #                SRUN_ARGS (extra srun flags), PY_ARGS (extra script flags),
-#                MASTER_PORT (default 20000 + SLURM_JOB_ID % 10000; the log names the port)
+#                MASTER_PORT (default 20000 + SLURM_JOB_ID % 10000; the log names the port),
+#                STEP_END_S (default 60: how long srun may take to end the step once a task failed)
 # Preemption: on SIGTERM or SIGUSR1 every rank stops at the next optimizer step, saves a checkpoint and
 # exits with code 75 (common/preemption.py). The launcher then requeues the job (scontrol requeue), unless
 # SLURM has requeued it already (scontrol requeue, preemption) or it was cancelled (scancel JOBID), and
@@ -39,6 +40,13 @@ if [ -z "${GRES+set}" ]; then
 fi
 GRES_ARG=()
 [ "$GRES" = none ] || [ -z "$GRES" ] || GRES_ARG=(--gres="$GRES")
+# srun learns that a task ended from its node: with that node cut off (a link down) it waits for ever, even after
+# every other task failed. STEP_END_S s after the first failed task, the launcher ends srun and so the job.
+STEP_END_S=${STEP_END_S:-60}
+if ! [[ "$STEP_END_S" =~ ^[0-9]+$ ]]; then
+    echo "error: STEP_END_S must be a whole number of seconds, got '$STEP_END_S'" >&2
+    exit 2
+fi
 # More threads per task than its CPUs slow every step (and change the bits of a CPU run).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
@@ -64,11 +72,25 @@ srun -p "$PARTITION" --job-name="$JOB_NAME" "${GRES_ARG[@]}" --ntasks="$NTASKS" 
     bash -c "$TASK" task "$PYTHON" -u "$SCRIPT" --cfg "$CFG" --model-dir "$WORK_DIR" --slurm --dist ${PY_ARGS:-} \
     "$@" &
 SRUN_PID=$!
+(
+    waited=0
+    while kill -0 "$SRUN_PID" 2>/dev/null; do
+        if grep -qvxE "0|$PREEMPTED_EXIT_CODE" "$EXIT_CODES"/* 2>/dev/null; then waited=$((waited + 1)); fi
+        if [ "$waited" -gt "$STEP_END_S" ]; then
+            echo "error: srun has not ended the step $STEP_END_S s after a task failed (a node cut off?): ending it" >&2
+            kill -KILL "$SRUN_PID"
+            exit 0
+        fi
+        sleep 1
+    done
+) &
+WATCHDOG_PID=$!
 while :; do
     wait "$SRUN_PID" && rc=0 || rc=$?
     kill -0 "$SRUN_PID" 2>/dev/null || break  # else a trapped signal interrupted the wait
 done
 trap - USR1 TERM
+kill "$WATCHDOG_PID" 2>/dev/null || true
 if grep -qx "$PREEMPTED_EXIT_CODE" "$EXIT_CODES"/* 2>/dev/null; then
     rc=$PREEMPTED_EXIT_CODE
 elif [ "$rc" -ne 0 ]; then

@@ -9,6 +9,7 @@ and resume to the uninterrupted run's final state, bit for bit.
 """
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -132,3 +133,24 @@ def test_a_job_that_slurm_requeued_or_cancelled_is_not_requeued(cfg_dir, job, me
     assert message in log
     assert requeues(cfg_dir) == []
     assert harness.checkpoint_names(work) == ["tiny-0000-b0000004.model"]
+
+
+def test_a_step_that_srun_cannot_end_is_ended_after_step_end_s(cfg_dir):
+    # rank 1 dies; srun, as when the dead rank's node is cut off, never learns the step ended: the launcher
+    # kills it STEP_END_S s after the first failed task. Rank 0 names the lost rank before that (~10 s).
+    tic = time.time()
+    rc, log = finish(launch(cfg_dir, cfg_dir / "work", env={
+        "FAKE_SRUN_CUT_OFF": "1", "STEP_END_S": "15", "FAULT_DIE_RANK": "1", "FAULT_KILL_AT_BATCH": "3"}))
+    elapsed = time.time() - tic
+    assert rc == 128 + signal.SIGKILL, log[-3000:]  # rank 1's code, the first failed task's
+    assert "error: srun has not ended the step 15 s after a task failed (a node cut off?): ending it" in log
+    assert elapsed < 90, elapsed
+    host = socket.gethostname()
+    lost = [line for line in log.splitlines() if "error: lost peer:" in line]
+    assert len(lost) == 1 and "error: lost peer: rank 1 on {}; rank 0 on {} stops: the collective failed: ".format(
+        host, host) in lost[0], log[-3000:]
+
+
+def test_step_end_s_must_be_whole_seconds(cfg_dir):
+    rc, log = finish(launch(cfg_dir, cfg_dir / "work", env={"STEP_END_S": "1m"}))
+    assert rc == 2 and "error: STEP_END_S must be a whole number of seconds, got '1m'" in log, log
