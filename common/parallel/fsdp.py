@@ -5,10 +5,11 @@ full parameters are all-gathered just before its forward (and again before its b
 gradients reduce-scattered after its backward. The groups, innermost first:
 
 - every VL-BERT encoder layer (``common.modeling.nlp.modeling.BertLayer``);
-- every block of a timm vision transformer (``<vit>.blocks[i]``: the ViT image encoder of VL-BERT and the cls
-  task's classifier);
-- the image backbone: the timm ViT itself (patch embedding, tokens, final norm) or the ResNet trunk of the
-  Fast R-CNN encoder (``common.modeling.backbone.resnet.ResNetC4``);
+- every block of a timm vision transformer run through its ``forward`` (``<vit>.blocks[i]``: the cls task's
+  classifier);
+- the image backbone: that timm ViT itself (patch embedding, tokens, final norm), the ResNet trunk of the
+  Fast R-CNN encoder (``common.modeling.backbone.resnet.ResNetC4``) or the whole ViT image encoder of VL-BERT
+  (``common.modeling.vit_encoder.ViTEncoder``, one group: see :func:`shard_groups`);
 - the root: everything else (embeddings, pooler, heads; tied weights such as the MLM decoder and the word
   embeddings stay together in this group).
 
@@ -24,7 +25,6 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from common.errors import UserInputError
 from common.modeling.backbone.resnet import ResNetC4
 from common.modeling.nlp.modeling import BertLayer
 from common.modeling.vit_encoder import ViTEncoder
@@ -39,12 +39,22 @@ def _is_timm_vit(module):
 def shard_groups(model):
     """The modules :func:`shard_model` wraps, innermost first (the root last).
 
+    VL-BERT's ViT image encoder is one group, its ViT and blocks inside it unsharded: it runs the ViT once per
+    distinct image size of the rank's batch (``ViTEncoder._box_features``), so ranks run it a different number of
+    times in a step. Sharded blocks would all-gather (and reduce-scatter) once per run, and the ranks'
+    collectives would pair up wrongly; the encoder is entered once per step on every rank, through its ``forward``.
+
     Returns:
         list of (qualified name, module); the root's name is ``''``.
     """
-    blocks, backbones = [], []
+    blocks, backbones, whole = [], [], []
     for name, module in model.named_modules():
-        if isinstance(module, BertLayer):
+        if any(name.startswith(prefix + ".") for prefix in whole):
+            continue  # inside a group that is gathered whole
+        if isinstance(module, ViTEncoder):
+            backbones.append((name, module))
+            whole.append(name)
+        elif isinstance(module, BertLayer):
             blocks.append((name, module))
         elif _is_timm_vit(module):
             blocks += [("{}.blocks.{}".format(name, i) if name else "blocks.{}".format(i), block)
@@ -71,13 +81,7 @@ def shard_model(model, mesh=None, mp_policy=None):
         ``model`` (the same object, now an ``FSDPModule`` subclass).
     Raises:
         RuntimeError: no default process group (``torch.distributed`` not initialized) and no ``mesh``.
-        common.errors.UserInputError: a VL-BERT with the ViT image encoder (not supported yet).
     """
-    if any(isinstance(m, ViTEncoder) for m in model.modules()):
-        # Its ViT runs through forward_features; sharded, the ranks' all-gathers fell out of step (tested on 2 gloo
-        # ranks): refused until that is fixed rather than hung.
-        raise UserInputError("TRAIN.STRATEGY 'fsdp' does not shard VL-BERT with NETWORK.IMAGE_ENCODER 'vit' yet: use "
-                             "TRAIN.STRATEGY 'ddp' (the cls task's ViT and the ResNet encoder shard)")
     group = None if mesh is None else mesh.get_group()
     with torch.no_grad():
         for tensor in list(model.parameters()) + list(model.buffers()):
