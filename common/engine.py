@@ -217,9 +217,13 @@ def train_net(args, cfg, task):
 
     net = compile_forward(model, train_cfg.COMPILE)
     if world_size > 1 and not sharded:
+        # DDP rebuilds its gradient buckets once, in the order the first backward made the gradients, and a
+        # ring all-reduce of 3 or more ranks sums each element in an order set by its place in a bucket: a
+        # resumed run's first step would sum otherwise than the uninterrupted run's. find_unused_parameters
+        # keeps the first buckets (2 ranks sum alike in either order).
         net = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None,
-            find_unused_parameters=task.find_unused_parameters)
+            find_unused_parameters=task.find_unused_parameters or world_size > 2)
 
     writer = None
     if rank == 0:

@@ -49,3 +49,20 @@ def test_random_kills_then_auto_resume_match_uninterrupted_run(tiny_cfg, clean_s
     assert rc == 0, (note, err[-2000:])
     assert "Resumed from" in out, note
     harness.assert_same(harness.training_state(os.path.join(folder, harness.FINAL)), clean_state, note)
+
+
+def test_a_rank_killed_on_4_ranks_then_auto_resume_matches_the_uninterrupted_run(tiny_cfg, tmp_path):
+    """4 ranks (a ring all-reduce sums each element in an order set by its place in DDP's gradient buckets, which
+    DDP would rebuild after a run's first step: the resumed run's first step would sum otherwise). Rank 2 dies
+    in epoch 1; the resumed run starts at its epoch-0 checkpoint and ends bit for bit where the clean run ends
+    (one computation reproducing itself)."""
+    rc, out, err = harness.run(tiny_cfg, tmp_path / "clean", nprocs=4, timeout=300)
+    assert rc == 0, err[-3000:]
+    work = tmp_path / "work"
+    rc, out, err = harness.run(tiny_cfg, work, nprocs=4, timeout=300,
+                               faults={"FAULT_DIE_RANK": 2, "FAULT_KILL_AT_BATCH": 7})
+    assert rc != 0, err[-3000:]
+    rc, out, err = harness.run(tiny_cfg, work, nprocs=4, timeout=300)
+    assert rc == 0 and "Resumed from" in err + out, err[-3000:]
+    harness.assert_same(harness.training_state(os.path.join(harness.out_dir(work), harness.FINAL)),
+                        harness.training_state(os.path.join(harness.out_dir(tmp_path / "clean"), harness.FINAL)))
