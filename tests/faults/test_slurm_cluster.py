@@ -4,9 +4,14 @@ network namespaces; slow, --runslow).
 Jobs of 2 tasks per node of the tiny task with 2 DataLoader workers each, submitted with sbatch as docs/slurm.md
 shows, stopped the ways a cluster stops them: ``scancel --signal=USR1`` / ``--signal=TERM``,
 ``scontrol requeue``, ``scancel`` (saved, not requeued), a time limit with ``--signal=USR1@60`` and
-``--signal=B:USR1@60``, and two jobs at once. Each job must come back exactly once per stop, resume at the step where it stopped, and end bit for
-bit where an uninterrupted job ends. A requeued job waits ~2 min before SLURM starts it again; the tests
-start it at once (``scontrol update StartTime=now``).
+``--signal=B:USR1@60``, and two jobs at once. Each job must come back exactly once per stop, resume at the step
+where it stopped, and end bit for bit where an uninterrupted job ends. A requeued job waits ~2 min before SLURM
+starts it again; the tests start it at once (``scontrol update StartTime=now``).
+
+On the two nodes only: ``scripts/dist_run_multi.sh`` (torchrun, no SLURM) run once in each node's namespace ends
+where the SLURM job ends; and the faults between nodes of docs/slurm.md: a rank of the second node killed, the
+second node's link set down mid-step. Each job ends within its bound, every surviving rank names the lost peer in
+one line, and the job resubmitted with TRAIN.AUTO_RESUME ends bit for bit where an uninterrupted job ends.
 """
 import os
 import re
@@ -16,6 +21,7 @@ import time
 
 import pytest
 
+from common import distributed as cdist
 from tests.conftest import ROOT
 from tests.faults import harness, tiny_task
 
@@ -58,9 +64,9 @@ def cluster(request):
 class Job:
     """One sbatch job of the tiny task through the launcher; its output (all runs) in ``log``."""
 
-    def __init__(self, cluster, folder, name, sbatch_args=(), env=None, opts=()):
+    def __init__(self, cluster, folder, name, sbatch_args=(), env=None, opts=(), log="job.log"):
         tiny_task.write_config(folder)
-        self.cluster, self.work, self.log = cluster, folder / "work", str(folder / "job.log")
+        self.cluster, self.work, self.log = cluster, folder / "work", str(folder / log)
         nodes = int(cluster["SLURM_LOCAL_NODES"])
         command = [LAUNCHER, "debug", name, tiny_task.SCRIPT, str(folder / "tiny.yaml"), str(self.work),
                    str(nodes * TASKS_PER_NODE), "--opts"] + [str(o) for o in OPTS + tuple(opts)]
@@ -202,3 +208,97 @@ def test_two_jobs_at_once_stopped_and_resumed(cluster, clean, tmp_path):
         check_resumed_exactly(job, clean)
         ports.append(set(re.findall(r"master \S+ port (\d+)", job.output())))
     assert len(ports[0]) == len(ports[1]) == 1 and ports[0] != ports[1]
+
+
+# --------------------------------------------------------------------------------------- two nodes only
+TWO_NODES = pytest.mark.parametrize("cluster", [2], indirect=True, ids=["2nodes"])
+NODE1_NETNS = "slurm_node1"  # scripts/slurm_local.sh: node I is the namespace slurm_nodeI, its link eth0
+
+
+def in_node(i, command, **popen_args):
+    """Start ``command`` on node ``i``: in its network namespace, under its host name, as slurmd runs there."""
+    return subprocess.Popen(["nsenter", "--net=/run/netns/slurm_node{}".format(i), "unshare", "--uts", "sh", "-c",
+                             'hostname node{} && exec "$@"'.format(i), "sh"] + command, **popen_args)
+
+
+def lost_peers(out):
+    """``{reporting rank: (the lost peers it named, why its collective failed)}`` from the job's lost-peer lines;
+    a rank reporting twice fails."""
+    found = {}
+    for named, rank, why in re.findall(r"error: lost peer: (.*); rank (\d+) on \S+ stops: the collective failed: (.*)",
+                                       out):
+        assert int(rank) not in found, "rank {} reported twice:\n{}".format(rank, out[-3000:])
+        found[int(rank)] = named, why
+    return found
+
+
+def resubmit_resumes_exactly(cluster, folder, clean):
+    """Resubmit the job of ``folder`` (TRAIN.AUTO_RESUME, as the tiny config has it): it resumes from the last
+    checkpoint the failed job saved and ends bit for bit as the uninterrupted job."""
+    saved = harness.checkpoint_names(folder / "work")
+    assert saved, "the failed job saved no checkpoint"
+    job = Job(cluster, folder, "again", opts=("TRAIN.CHECKPOINT_STEPS", 2), log="again.log")
+    state, restarts, _ = job.finish()
+    assert (state, restarts) == ("COMPLETED", 0), job.output()[-3000:]
+    assert re.search(r"Resumed from \S+: epoch [1-9]", job.output()), job.output()[-3000:]
+    harness.assert_same(job.final_state(), clean)  # one computation resumed: bit for bit
+
+
+@TWO_NODES
+def test_dist_run_multi_across_the_two_nodes_ends_as_the_slurm_job(cluster, clean, tmp_path):
+    """torchrun on node0 and on node1 (2 ranks each, master node0 by name): the 4-rank SLURM job's end."""
+    tiny_task.write_config(tmp_path)
+    command = [os.path.join(ROOT, "scripts", "dist_run_multi.sh"), "2", None, "node0", str(TASKS_PER_NODE),
+               tiny_task.SCRIPT, str(tmp_path / "tiny.yaml"), str(tmp_path / "work"), "--opts"] + [str(o) for o in OPTS]
+    env = dict(os.environ, MASTER_PORT="29610", OMP_NUM_THREADS="1")
+    procs = [in_node(i, command[:2] + [str(i)] + command[3:], env=env, stdout=subprocess.PIPE,
+                     stderr=subprocess.STDOUT, text=True) for i in (0, 1)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[-3000:] for o in outs]
+    assert "process group: gloo, 4 process(es), master node0 port 29610" in outs[0], outs[0][-3000:]
+    harness.assert_same(harness.training_state(os.path.join(harness.out_dir(tmp_path / "work"), harness.FINAL)),
+                        clean)  # the same 4-rank computation under another launcher: bit for bit
+
+
+@TWO_NODES
+def test_a_rank_killed_on_the_second_node_is_named_and_the_job_resumes(cluster, clean, tmp_path):
+    # rank 2 (node1's first) is killed at its 7th micro-batch (epoch 1), after the epoch-0 checkpoints
+    job = Job(cluster, tmp_path, "kill", env={"FAULT_DIE_RANK": "2", "FAULT_KILL_AT_BATCH": "7"},
+              opts=("TRAIN.CHECKPOINT_STEPS", 2))
+    state, restarts, seconds = job.finish()
+    print("SIGKILL of rank 2 on node1: {} in {:.0f} s".format(state, seconds))
+    assert (state, restarts) == ("FAILED", 0), job.output()[-3000:]
+    assert seconds < 120, seconds
+    reports = lost_peers(job.output())
+    assert sorted(reports) == [0, 1, 3], job.output()[-3000:]  # every surviving rank, once
+    assert {named for named, _ in reports.values()} == {"rank 2 on node1"}, reports
+    resubmit_resumes_exactly(cluster, tmp_path, clean)
+
+
+@TWO_NODES
+def test_the_second_nodes_link_down_mid_step_ends_the_job_within_its_bound(cluster, clean, tmp_path):
+    """DIST_TIMEOUT_S bounds a silent node: node0's ranks name both of node1's after DIST_TIMEOUT_S + CHECK_IN_S;
+    STEP_END_S later the launcher ends srun, which cannot learn that node1's tasks ended."""
+    timeout_s, step_end_s = 20, 10
+    job = Job(cluster, tmp_path, "link", env={"FAULT_SLOW_BATCH_S": "0.5", "STEP_END_S": str(step_end_s)},
+              opts=("TRAIN.CHECKPOINT_STEPS", 2, "DIST_TIMEOUT_S", timeout_s))
+    job.wait_for("Epoch[1] Batch [0]")
+    try:
+        subprocess.run(["ip", "-n", NODE1_NETNS, "link", "set", "eth0", "down"], check=True)
+        tic = time.time()
+        job.wait_for("error: srun has not ended the step", timeout=timeout_s + step_end_s + 60)
+        seconds = time.time() - tic
+        reports = lost_peers(job.output())
+        print("link of node1 down: node0's ranks named it, the launcher ended the step after {:.0f} s".format(seconds))
+    finally:
+        subprocess.run(["ip", "-n", NODE1_NETNS, "link", "set", "eth0", "up"], check=True)
+    assert seconds < timeout_s + cdist.CHECK_IN_S + step_end_s + 15, seconds
+    # node0's ranks (node1's cannot reach the store on node0, nor send their lines to srun until the link is up)
+    assert sorted(reports)[:2] == [0, 1], job.output()[-3000:]
+    for rank in (0, 1):
+        named, why = reports[rank]
+        assert named == "rank 2 on node1, rank 3 on node1", reports
+        assert re.match(r"Timed out waiting {}ms for (send|recv) operation".format(timeout_s * 1000), why), reports
+    state, restarts, _ = job.finish()
+    assert (state, restarts) == ("FAILED", 0), job.output()[-3000:]
+    resubmit_resumes_exactly(cluster, tmp_path, clean)
