@@ -23,9 +23,9 @@ from common.optim import build_optimizer
 from common.predict import Predictor
 from common.trainer import to_device
 from tests.conftest import load_task
+from tests.evaluators import OutputRows
 from tests.fake_cuda import CUDA, ROOT, SIMULATED_DEVICE_NAME, CudaTensor, DeviceError, fake_cuda
 from tests.golden import assert_ranking_close, close
-from tests.test_predict import _Logits
 from tests.test_vit_end2end import vit_opts
 from tests.tiny_vcr import log_text_in, predictor_inputs, run_script
 
@@ -345,7 +345,7 @@ def test_test_py_on_cuda_writes_the_cpu_result_file(runs, name, tmp_path):
         # logits agree within LOSS_RTOL), so a choice may differ only between scores that tie within
         # tests/golden.py's tolerance in the CPU model's scores of the test set, in data set order.
         loader = build_loader(task, cfg, "test")
-        scores = inference_on_dataset(model, loader, _Logits("label_logits"), "label" if task_name == "cls" else None)
+        scores = inference_on_dataset(model, loader, OutputRows("label_logits"), "label" if task_name == "cls" else None)
         if task_name == "cls":  # header, then index, label, predicted, top-5 names
             names = loader.dataset.classes
             assert gpu[0] == cpu[0] and len(gpu) == len(cpu) == len(scores) + 1 > 2

@@ -74,12 +74,12 @@ def near_tied_items(ckpt, opts):
     at most TIE (relative to the row's largest magnitude), in-process on the CPU."""
     from common.engine import build_loader, load_for_inference
     from common.evaluation import inference_on_dataset
-    from tests.test_predict import _Logits
+    from tests.evaluators import OutputRows
     from vcr.task import TASK
 
     cfg = TASK.load_config(VCR_CFG, opts + ["NUM_WORKERS_PER_GPU", "0"])
     model = load_for_inference(TASK, cfg, ckpt, torch.device("cpu"))
-    logits = inference_on_dataset(model, build_loader(TASK, cfg, "val"), _Logits("label_logits"),
+    logits = inference_on_dataset(model, build_loader(TASK, cfg, "val"), OutputRows("label_logits"),
                                   TASK.label_index_in_batch(cfg))
     top = logits.topk(2, dim=1).values
     return int(((top[:, 0] - top[:, 1]) <= TIE * logits.abs().amax(1)).sum()), len(logits)

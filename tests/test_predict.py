@@ -10,10 +10,11 @@ import torch
 from common.data.build import make_dataloader
 from common.engine import load_for_inference
 from common.errors import UserInputError
-from common.evaluation import DatasetEvaluator, inference_on_dataset
+from common.evaluation import inference_on_dataset
 from common.predict import Predictor
 from tests import tiny_vqa
 from tests.conftest import ROOT
+from tests.evaluators import OutputRows
 from tests.golden import assert_ranking_close, close
 from tests.tiny_vcr import predictor_inputs, run_script
 
@@ -21,22 +22,6 @@ VQA_CFG = tiny_vqa.CFGS["base_4x16G_fp32"]
 # The encoder of the tiny precomputed features: a random ResNet-50 (2048-d, what VQA's reader checks) on
 # small images.
 FEATURE_OPTS = ["NETWORK.IMAGE_NUM_LAYERS", "50", "SCALES", "[48, 64]"]
-
-
-class _Logits(DatasetEvaluator):
-    """Every batch's outputs of one name, concatenated in loader order."""
-
-    def __init__(self, name):
-        self.name = name
-
-    def reset(self):
-        self.rows = []
-
-    def process(self, inputs, outputs):
-        self.rows.append(outputs[self.name].float().cpu())
-
-    def evaluate(self):
-        return torch.cat(self.rows)
 
 
 def _assert_same_predictions(results, expected, key="predictions"):
@@ -107,7 +92,7 @@ def test_vqa_predictions_equal_test_py_answers_and_the_data_sets_scores(vqa_run,
     # The scores: the sigmoid (ANS_LOSS_TYPE bce) of the logits test.py's loop computes on the data set.
     cfg = vqa_predictor.cfg
     model = load_for_inference(vqa_predictor.task, cfg, vqa_run["ckpt"], torch.device("cpu"))
-    logits = inference_on_dataset(model, make_dataloader(cfg, "test"), _Logits("label_logits"))
+    logits = inference_on_dataset(model, make_dataloader(cfg, "test"), OutputRows("label_logits"))
     expected = torch.sigmoid(logits)
     for r, row, w in zip(results, expected, written):
         top = torch.sort(row, descending=True, stable=True)
@@ -195,7 +180,7 @@ def test_cls_predictions_equal_test_py_csv_and_the_data_sets_probabilities(cls_r
     cfg = predictor.cfg
     model = load_for_inference(predictor.task, cfg, cls_run["ckpt"], torch.device("cpu"))
 
-    class Probs(_Logits):
+    class Probs(OutputRows):
         def forward(self, model, inputs):
             return model(*inputs.without("label"))
 
@@ -349,7 +334,7 @@ def test_refcoco_boxes_equal_test_py_json_and_scores_the_data_sets_logits(refcoc
     model = load_for_inference(predictor.task, predictor.cfg, refcoco_run["ckpt"], torch.device("cpu"))
     rows = []
 
-    class Logits(_Logits):
+    class Logits(OutputRows):
         def process(self, inputs, outputs):
             counts = (inputs.field("boxes")[:, :, 0] > -0.5).sum(1).tolist()  # padded rows hold -1
             rows.extend(torch.sigmoid(l[:n].float()) for l, n in zip(outputs["label_logits"], counts))
@@ -397,7 +382,7 @@ def test_pretraining_top_words_are_the_argmax_of_the_mlm_logits_through_the_data
     mask_id = predictor.task_predictor.mask_id
     rows = []
 
-    class MLM(_Logits):
+    class MLM(OutputRows):
         def forward(self, model, inputs):
             return predictor.task_predictor.forward(model, inputs)
 
