@@ -5,6 +5,7 @@ the ranks run on the CPU with gloo, so the multi-process code path can be tested
 Every helper also works when no process group exists (a single process is rank 0 of 1).
 """
 import argparse
+import atexit
 import datetime
 import os
 import socket
@@ -211,17 +212,39 @@ def is_peer_failure(error):
     return isinstance(error, dist.DistError) or "/gloo/" in str(error)
 
 
+_heartbeat = None  # (thread, stop event) of this process's heartbeat, stopped by cleanup()
+
+
 def _start_heartbeat(store, rank):
-    """Bump ``beat/<rank>`` in ``store`` every :data:`HEARTBEAT_S` s in a daemon thread, until the store fails."""
+    """Bump ``beat/<rank>`` in ``store`` every :data:`HEARTBEAT_S` s in a daemon thread, until :func:`cleanup` or
+    until the store fails."""
+    global _heartbeat
+    stop = threading.Event()
+
     def beat():
         key = "beat/{}".format(rank)
         try:
             while True:
                 store.add(key, 1)
-                time.sleep(HEARTBEAT_S)
+                if stop.wait(HEARTBEAT_S):
+                    return
         except Exception:  # the store (or its host) is gone: there is nobody left to tell
             return
-    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+    thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+    thread.start()
+    _heartbeat = thread, stop
+    # also on an exit that skips cleanup() (an error before training's try): a thread still inside the store's
+    # C++ client when the interpreter ends aborts the process
+    atexit.register(_stop_heartbeat)
+
+
+def _stop_heartbeat():
+    global _heartbeat
+    if _heartbeat is not None:
+        thread, stop = _heartbeat
+        stop.set()
+        thread.join(CHECK_IN_S)
+        _heartbeat = None
 
 
 def report_lost_peers(error, logger):
@@ -272,7 +295,8 @@ def report_lost_peers(error, logger):
 
 
 def cleanup():
-    """Destroy the default process group if there is one."""
+    """Stop the heartbeat (before the store goes), then destroy the default process group if there is one."""
+    _stop_heartbeat()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
