@@ -239,6 +239,7 @@ def _start_heartbeat(store, rank):
 
 
 def _stop_heartbeat():
+    """Stop this process's heartbeat thread and wait for it (at most CHECK_IN_S s); a no-op without one."""
     global _heartbeat
     if _heartbeat is not None:
         thread, stop = _heartbeat
