@@ -21,6 +21,7 @@ import collections
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 
 import torch
@@ -89,16 +90,50 @@ def _replace(temp, path):
 
 
 class PendingSave:
-    """A save in progress: :meth:`wait` returns once every shard is written and the folders have their names."""
+    """A save in progress. The folders get their names as soon as the background write ends (in the writer's
+    thread), so a run killed later still finds it; :meth:`wait` returns once that is done and raises what the
+    write or the naming raised."""
 
     def __init__(self, future, finish):
-        self.future, self.finish = future, finish
+        self.future, self.finish, self.error = future, finish, None
+        self.named = threading.Event()
+        if future is None:
+            self._name(None)
+        else:
+            future.add_done_callback(self._name)
+
+    def _name(self, future):
+        try:
+            if future is not None:
+                future.result()
+            self.finish()
+        except BaseException as e:  # raised again by wait(), on the training thread
+            self.error = e
+        finally:
+            self.named.set()
 
     def wait(self):
-        if self.future is not None:
-            self.future.result()
-            self.future = None
-            self.finish()
+        self.named.wait()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+
+_ASYNC_GROUP = {}  # the default process group -> the gloo group of its background saves
+
+
+def _async_group():
+    """A gloo process group of its own for ``dcp.async_save`` (torchtitan's choice too): the save's collectives
+    (gathering the plans and the written shards' index) run in the writer's thread while training's own
+    collectives go on in the default group, where they would pair up with each other. Made once, by every rank
+    at its first background save (a collective)."""
+    if not torch.distributed.is_initialized():
+        return None
+    default = torch.distributed.distributed_c10d._get_default_group()
+    if default not in _ASYNC_GROUP:
+        _ASYNC_GROUP.clear()  # of an earlier process group of this process
+        _ASYNC_GROUP[default] = torch.distributed.new_group(backend="gloo")
+    return _ASYNC_GROUP[default]
 
 
 def save_sharded_checkpoint(ckpt, paths, async_save=False, logger=None):
@@ -133,10 +168,10 @@ def save_sharded_checkpoint(ckpt, paths, async_save=False, logger=None):
                 logger.info("Saved checkpoint %s", path)
 
     if async_save:
-        return PendingSave(dcp.async_save(tensors, checkpoint_id=temp), finish)
+        return PendingSave(dcp.async_save(tensors, checkpoint_id=temp, process_group=_async_group()), finish)
     dcp.save(tensors, checkpoint_id=temp)
     pending = PendingSave(None, finish)
-    finish()
+    pending.wait()
     return pending
 
 

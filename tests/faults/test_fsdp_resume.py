@@ -47,11 +47,16 @@ def test_fsdp_fp16_run_skips_the_steps_ddp_skips(clean_runs):
 
 
 @pytest.mark.slow
-def test_sigkill_mid_epoch_then_auto_resume_is_bit_identical(tiny_cfg, clean_runs, tmp_path):
+@pytest.mark.parametrize("save", ["sync", "async"])
+def test_sigkill_mid_epoch_then_auto_resume_is_bit_identical(tiny_cfg, clean_runs, tmp_path, save):
+    """``async`` (TRAIN.ASYNC_CHECKPOINT): the kill comes once the background save of batch 4 has its name, two
+    micro-batches after it and before any later save or the run's end could have waited for it."""
     work = tmp_path / "work"
-    rc, _, err = harness.run(tiny_cfg, work, nprocs=2, opts=FSDP, timeout=300, faults={"FAULT_KILL_AT_BATCH": KILL_AT})
-    assert rc != 0, err[-2000:]
     folder = harness.out_dir(work)
+    opts = FSDP + ["TRAIN.ASYNC_CHECKPOINT", save == "async"]
+    faults = {"FAULT_KILL_AT_BATCH": KILL_AT, "FAULT_KILL_WHEN_NAMED": os.path.join(folder, "tiny-0001-b0000004.model")}
+    rc, _, err = harness.run(tiny_cfg, work, nprocs=2, opts=opts, timeout=300, faults=faults)
+    assert rc != 0, err[-2000:]
     names = harness.checkpoint_names(work)
     assert "tiny-0001-b0000004.model" in names, names
     assert all(os.path.isdir(os.path.join(folder, n)) for n in names)  # sharded folders, no torn one named
@@ -60,10 +65,11 @@ def test_sigkill_mid_epoch_then_auto_resume_is_bit_identical(tiny_cfg, clean_run
     os.remove(torn / "__1_0.distcp")
     with pytest.raises(CheckpointError, match="torn.model is not a readable sharded checkpoint"):
         load_checkpoint_file(str(torn))
-    rc, out, err = harness.run(tiny_cfg, work, nprocs=2, opts=FSDP, timeout=300)
+    rc, out, err = harness.run(tiny_cfg, work, nprocs=2, opts=opts, timeout=300)
     assert rc == 0, err[-3000:]
     assert "Resumed from" in out + err and "tiny-0001-b0000004.model" in out + err
-    # the same process count, strategy and order of sums: exact (bit for bit)
+    # the same process count, strategy and order of sums: exact (bit for bit); of async saves, each holds the
+    # state at its own step, not a later one's
     harness.assert_same(_final(work), clean_runs["fsdp"])
 
 

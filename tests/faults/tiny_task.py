@@ -13,6 +13,7 @@ sampler's seed), so an inexact resume shows in the final weights.
 Faults for the tests, from environment variables or :func:`install_faults` (counted in this process,
 1-based):
     FAULT_KILL_AT_BATCH=n       SIGKILL at the start of the n-th training micro-batch
+    FAULT_KILL_WHEN_NAMED=path  ... once ``path`` exists (a background checkpoint save named; 60 s at most)
     FAULT_SIGNAL_AT_BATCH=n:SIG send SIG (TERM, USR1) to itself at the start of the n-th training micro-batch;
                                 several n:SIG pairs, comma-separated, send several
     FAULT_SIGNAL_STEP_AT_BATCH=n:SIG  send SIG (through kill(1)) to every rank listed in FAULT_PID_DIR and to
@@ -203,6 +204,7 @@ def on_train_batch(n):
     die_rank = _fault_int("FAULT_DIE_RANK")
     if die_rank in (None, rank):
         if n == _fault_int("FAULT_KILL_AT_BATCH"):
+            _wait_for(FAULTS.get("FAULT_KILL_WHEN_NAMED"), 60)
             os.kill(os.getpid(), signal.SIGKILL)
         _send_signals("FAULT_SIGNAL_AT_BATCH", n)
         for pair in filter(None, FAULTS.get("FAULT_SIGNAL_STEP_AT_BATCH", "").split(",")):
@@ -215,6 +217,13 @@ def on_train_batch(n):
     if "FAULT_RSS_LOG" in FAULTS and n % 100 == 0:
         with open(FAULTS["FAULT_RSS_LOG"], "a") as f:
             f.write("{} {}\n".format(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+
+
+def _wait_for(path, timeout_s):
+    """Return once ``path`` exists (None: at once) or after ``timeout_s``."""
+    end = time.monotonic() + timeout_s
+    while path and not os.path.exists(path) and time.monotonic() < end:
+        time.sleep(0.05)
 
 
 def _send_signals(name, n):
