@@ -461,3 +461,21 @@ def test_checkpoint_every_fraction_of_the_run():
     assert (step.every_steps, step.periods) == (0, [8])
     _, step = checkpoint_hooks(checkpointer, load_config(None, opts + ["TRAIN.CHECKPOINT_STEPS", "3"]), steps_per_epoch=8)
     assert step.periods == [3, 8]
+
+
+def test_async_sharded_save_is_named_when_written_and_holds_the_state_of_its_call(tmp_path):
+    """TRAIN.ASYNC_CHECKPOINT's save (one process, no process group): the folder gets its name from the writer's
+    thread, before anyone waits, and a tensor changed after the call returns is saved as it was at the call."""
+    from common.parallel.sharded_checkpoint import save_sharded_checkpoint
+    weight = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    ckpt = {"state_dict": {"w": weight}, "train_state": {"global_step": 3}}
+    path = str(tmp_path / "run-0001.model")
+    pending = save_sharded_checkpoint(ckpt, path, async_save=True)
+    weight.add_(100.0)  # the next optimizer step, while the write may still go on
+    assert pending.named.wait(timeout=60)
+    assert os.path.isdir(path) and not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+    pending.wait()
+    back = ck.load_checkpoint_file(path)
+    # the same bytes written and read back: exact
+    assert torch.equal(back["state_dict"]["w"], torch.arange(6, dtype=torch.float32).reshape(2, 3))
+    assert back["train_state"] == {"global_step": 3}
