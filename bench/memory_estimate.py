@@ -11,8 +11,9 @@ The estimate builds the task's model from the config on ``torch.device('meta')``
 ``--world-size`` ranks (``torch.testing._internal.distributed.fake_pg``: collectives that move nothing), turns
 the weights into fake tensors (meta storage, the CPU's dispatch, so autocast applies) and runs two optimizer
 steps (:func:`train_step`: forward under autocast, backward, clipping, the optimizer of ``TRAIN.OPTIMIZER``) on
-a synthetic batch of the config's per-rank micro-batch (:func:`synthetic_batch`), under PyTorch's memory trackers (``torch.distributed._tools``: ``MemTracker``, ``FSDPMemTracker`` for a sharded
-model), which account every storage the step allocates and frees. Reported per rank:
+a synthetic batch of the config's per-rank micro-batch (:func:`synthetic_batch`), under PyTorch's memory trackers
+(``torch.distributed._tools``: ``MemTracker``, ``FSDPMemTracker`` for a sharded model), which account every
+storage the step allocates and frees. Reported per rank:
 
 * parameters, gradients, optimizer state: the bytes of the (local shards of the) tensors after the second
   step, by dtype (fp32 master weights; AdamW's two moments in ``TRAIN.OPTIM_STATE_DTYPE``); under DDP on more
