@@ -6,13 +6,14 @@ real CPU processes of a gloo process group.
         [--checkpointing] [--task TASK] [--measure] [--json FILE] [--opts KEY VALUE ...]
 
 The estimate builds the task's model from the config on ``torch.device('meta')`` (no weights are read:
-``NETWORK.*PRETRAINED`` / ``BERT_MODEL_NAME`` are emptied), for ``fsdp`` shards it with :func:`fsdp_shard` in a
-fake process group of ``--world-size`` ranks (``torch.testing._internal.distributed.fake_pg``: collectives that
-move nothing), turns the weights into fake tensors (meta storage, the CPU's dispatch, so autocast applies) and
-runs two optimizer steps (:func:`train_step`: forward under autocast, backward, clipping, the optimizer of
-``TRAIN.OPTIMIZER``) on a synthetic batch of the config's per-rank micro-batch (:func:`synthetic_batch`), under
-PyTorch's memory trackers (``torch.distributed._tools``: ``MemTracker``, ``FSDPMemTracker`` for a sharded
-model), which account every storage the step allocates and frees. Reported per rank:
+``NETWORK.*PRETRAINED`` / ``BERT_MODEL_NAME`` are emptied), for ``fsdp`` shards it as training does (with
+:func:`common.parallel.fsdp.shard_model`: the same shard groups and placements) in a fake process group of
+``--world-size`` ranks (``torch.testing._internal.distributed.fake_pg``: collectives that move nothing), turns
+the weights into fake tensors (meta storage, the CPU's dispatch, so autocast applies) and runs two optimizer
+steps (:func:`train_step`: forward under autocast, backward, clipping, the optimizer of ``TRAIN.OPTIMIZER``) on
+a synthetic batch of the config's per-rank micro-batch (:func:`synthetic_batch`), under PyTorch's memory trackers
+(``torch.distributed._tools``: ``MemTracker``, ``FSDPMemTracker`` for a sharded model), which account every
+storage the step allocates and frees. Reported per rank:
 
 * parameters, gradients, optimizer state: the bytes of the (local shards of the) tensors after the second
   step, by dtype (fp32 master weights; AdamW's two moments in ``TRAIN.OPTIM_STATE_DTYPE``); under DDP on more
@@ -25,7 +26,7 @@ model), which account every storage the step allocates and frees. Reported per r
   backward and optimizer temporaries included).
 
 ``--measure`` runs the same two steps on real tensors in ``--world-size`` CPU processes (gloo; DDP as the
-engine builds it on more than one rank, or :func:`fsdp_shard`) and takes the same figures per rank: the tensor
+engine builds it on more than one rank, or ``shard_model``) and takes the same figures per rank: the tensor
 bytes the same way, the activations and the peak from the CPU allocator's own allocation and free events
 (``torch.profiler`` with ``profile_memory``), an account independent of the trackers. It prints both and the
 ratio measured / estimated (goal: within 10%, ``tests/test_memory_estimate.py``).
@@ -65,7 +66,7 @@ DDP_MARK = "memory_estimate/ddp"
 
 
 # --------------------------------------------------------------------------------------------- #
-# What the estimate and the measurement share: config, batch, sharding policy, step, tensor bytes
+# What the estimate and the measurement share: config, batch, step, tensor bytes
 # --------------------------------------------------------------------------------------------- #
 def load_config(cfg_path, task_name=None, precision=None, checkpointing=False, opts=()):
     """``(task, cfg)``: the frozen config of ``cfg_path`` for ``task_name`` (default: the folder of the YAML
@@ -113,37 +114,6 @@ def synthetic_batch(task, cfg):
     names = ["image", "boxes", "masks", "question", "question_align_matrix", "answer_choices",
              "answer_align_matrix", "answer_label", "im_info"]
     return tuple(BatchCollator(names, scales=canvas_scales(cfg))(synthetic_items(cfg, b, longest=True)))
-
-
-def fsdp_units(model):
-    """The modules :func:`fsdp_shard` shards, innermost first: each VL-BERT encoder layer and ViT block, each
-    VL-BERT image encoder (its backbone), then the root."""
-    from timm.models.vision_transformer import Block
-    from common.modeling.fast_rcnn import RoIEncoder
-    from common.modeling.nlp.modeling import BertLayer
-    layers = [m for m in model.modules() if isinstance(m, (BertLayer, Block))]
-    return layers + [m for m in model.modules() if isinstance(m, RoIEncoder)] + [model]
-
-
-def fsdp_shard(model, mesh=None):
-    """Shard ``model`` in place with FSDP2 (``torch.distributed.fsdp.fully_shard``) on :func:`fsdp_units`,
-    parameters fp32 (autocast computes in the low precision), over ``mesh`` (default: the process group's).
-    A parameter with fewer rows than ranks (a ViT's position embedding and class token: 1 row) is sharded on
-    its longest dimension: on dim 0 every rank would hold it whole (FSDP2 pads dim 0 to a multiple of the
-    ranks), 11% more than 1/N of ViT-B/16's weights on 64 ranks. The policy of ``TRAIN.STRATEGY: 'fsdp'``
-    (issue 42), kept here in one place for the estimate."""
-    import torch.distributed as dist
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import Shard
-    ranks = mesh.size() if mesh is not None else dist.get_world_size()
-
-    def placement(param):
-        if param.dim() > 1 and param.shape[0] < ranks:
-            return Shard(max(range(param.dim()), key=lambda d: param.shape[d]))
-        return None  # FSDP2's default: dim 0
-    for unit in fsdp_units(model):
-        fully_shard(unit, mesh=mesh, shard_placement_fn=placement)
-    return model
 
 
 def autocast_of(cfg, device_type="cpu"):
@@ -309,6 +279,7 @@ def estimate(task, cfg, world_size, strategy):
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from common.modeling.module import held_random_init_warnings
+    from common.parallel.fsdp import shard_model
 
     fsdp = strategy == "fsdp"
     if fsdp:
@@ -320,7 +291,7 @@ def estimate(task, cfg, world_size, strategy):
             model = task.build_model(cfg)
         model.train()
         if fsdp:
-            fsdp_shard(model, init_device_mesh("cpu", (world_size,)))
+            shard_model(model, mesh=init_device_mesh("cpu", (world_size,)))
         cpu = torch.device("cpu")
         real_batch = synthetic_batch(task, cfg)
         with FakeTensorMode(allow_non_fake_inputs=True) as fake_mode:
@@ -384,14 +355,15 @@ def live_at(timeline, t_ns):
 
 def _build_for_measure(task, cfg, strategy, world_size, device, ddp_mark):
     """(model, the module the step calls, optimizer, its gradient list) on ``device`` as the engine builds them:
-    DDP on more than one rank (built inside ``ddp_mark()``), or :func:`fsdp_shard`."""
+    DDP on more than one rank (built inside ``ddp_mark()``), or :func:`common.parallel.fsdp.shard_model`."""
     from common.modeling.module import held_random_init_warnings
+    from common.parallel.fsdp import shard_model
     with held_random_init_warnings():
         model = task.build_model(cfg).to(device)
     model.train()
     net = model
     if strategy == "fsdp":
-        fsdp_shard(model)
+        shard_model(model)
     elif world_size > 1:
         # init_sync=False: the broadcast of rank 0's weights is not part of what DDP keeps, and its flat buffer
         # may be freed on gloo's worker thread, where the profiler does not see the free.

@@ -172,3 +172,14 @@ def test_fsdp_equals_ddp_on_vcr_with_the_vit_image_encoder(tmp_path, tiny_vcr):
     runs = train_both(tmp_path, VCR_ENTRY, VCR_CFG, tiny_vcr.opts() + vit_opts("vcr"), vcr_output)
     assert_same_training(runs)
     assert any(k.startswith("image_feature_extractor.vit.blocks.") for k in runs["fsdp"][1]["state_dict"])
+
+
+def test_a_parameter_with_fewer_rows_than_ranks_is_sharded_on_its_longest_dimension_the_ranks_divide():
+    from torch.distributed.tensor import Shard
+    from common.parallel.fsdp import shard_placement
+    assert shard_placement(torch.empty(1, 197, 768), 64) == Shard(2)  # ViT-B/16's position embedding
+    assert shard_placement(torch.empty(2, 512), 4) == Shard(1)
+    assert shard_placement(torch.empty(2, 512), 2) is None  # as many rows as ranks: dim 0
+    assert shard_placement(torch.empty(1, 6, 5), 3) == Shard(1)  # 5 is longer, 3 does not divide it
+    assert shard_placement(torch.empty(1, 7), 3) is None  # no dimension 3 divides: dim 0
+    assert shard_placement(torch.empty(2), 4) is None

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from common.modeling.backbone.resnet import ResNetC4
 from common.modeling.nlp.modeling import BertLayer
@@ -65,13 +65,36 @@ def shard_groups(model):
     return blocks + [(n, m) for n, m in backbones if n] + [("", model)]
 
 
+def shard_placement(param, ranks):
+    """The dimension FSDP2 shards ``param`` on over ``ranks`` ranks: ``Shard(d)``, or None for FSDP2's default,
+    dim 0.
+
+    FSDP2 pads dim 0 to a multiple of the ranks, so a parameter with fewer rows than ranks would be whole on every
+    rank (rows past the last go to padding): a ViT's position embedding and class token (1 row) cost 1.11 x 1/N of
+    ViT-B/16's weights on 64 ranks, BERT's token type embedding (2 rows) is whole from 3 ranks. Such a parameter is
+    sharded on its longest dimension that ``ranks`` divides (FSDP2 shards a dimension other than 0 only evenly);
+    with none, on dim 0 as any other.
+
+    Args:
+        param: the parameter (any device, meta included), before sharding.
+        ranks: the size of the mesh it is sharded over.
+    Returns:
+        ``torch.distributed.tensor.Shard`` or None.
+    """
+    if param.dim() < 2 or param.shape[0] >= ranks:
+        return None
+    dims = [d for d in range(1, param.dim()) if param.shape[d] % ranks == 0]
+    return Shard(max(dims, key=lambda d: param.shape[d])) if dims else None
+
+
 def shard_model(model, mesh=None, mp_policy=None):
     """Shard ``model`` in place with ``fully_shard`` on each group of :func:`shard_groups`.
 
     First every parameter and buffer takes rank 0's value (as DDP does when it wraps a model: ranks seeded
     differently built different random weights). Parameters become ``torch.distributed.tensor.DTensor`` shards
-    (dim 0 split over the mesh); buffers (e.g.
-    frozen batch-norm statistics) stay whole on every rank.
+    split over the mesh on dim 0, or on the dimension :func:`shard_placement` gives a parameter with fewer rows
+    than ranks; buffers (e.g. frozen batch-norm statistics) stay whole on every rank. A model on the meta device
+    shards in a fake process group (``bench/memory_estimate.py``), where the broadcast moves nothing.
 
     Args:
         model: the task model, on its device, parameters fp32.
@@ -87,7 +110,8 @@ def shard_model(model, mesh=None, mp_policy=None):
         for tensor in list(model.parameters()) + list(model.buffers()):
             torch.distributed.broadcast(tensor, src=torch.distributed.get_global_rank(group, 0) if group else 0,
                                         group=group)
-    kwargs = {"mesh": mesh}
+    ranks = mesh.size() if mesh is not None else torch.distributed.get_world_size()
+    kwargs = {"mesh": mesh, "shard_placement_fn": lambda param: shard_placement(param, ranks)}
     if mp_policy is not None:
         kwargs["mp_policy"] = mp_policy
     for _, module in shard_groups(model):
