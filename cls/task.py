@@ -32,6 +32,10 @@ class ClsTask(Task):
             found.append(Input("NETWORK.IMAGE_PRETRAINED", "timm weights", cfg.NETWORK.IMAGE_PRETRAINED))
         return found
 
+    def model_title(self, cfg):
+        """The timm model and its job, e.g. ``vit_base_patch16_224 classifier``."""
+        return "{} classifier".format(cfg.NETWORK.ARCH)
+
     def train_batch_multiple(self, cfg):
         """2 with Mixup / CutMix (timm's ``Mixup`` mixes a batch with its reverse: an even batch), else 1."""
         if mixes(cfg):

@@ -203,6 +203,10 @@ class Task:
         """
         raise ExportRefused(self.name, self.onnx_refusal or "it declares no ONNX graph (Task.onnx_graph)")
 
+    def model_title(self, cfg):
+        """How pages and reports name the model of ``cfg`` (the web page's title): default ``"<task> model"``."""
+        return "{} model".format(self.name)
+
     def handoff_files(self, cfg):
         """Files that a hand-off folder (:mod:`common.handoff`) copies besides the weights, ``config.yaml`` and the
         run's predictor files, so that it is read without the training data: ``{file name: (dotted config key

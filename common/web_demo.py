@@ -89,6 +89,7 @@ class DemoBackend:
     Attributes:
         text_field (str or None): the input's text key (``question``, ``caption``, ``expression``); None: the
             photo alone (cls).
+        output_noun (str): what one ranked output is called (``answer``, or ``class`` for cls).
     Raises:
         UserInputError: a predictor of a task the page cannot serve (VCR needs 4 answers: tools/predict.py).
     """
@@ -101,6 +102,8 @@ class DemoBackend:
             raise UserInputError("the web page takes a photo and one text; a {} checkpoint takes {} (use "
                                  "tools/predict.py)".format(self.task_name, ", ".join(texts)))
         self.text_field = texts[0] if texts else None
+        # what one ranked output is called on the page: a class of a classifier, else an answer
+        self.output_noun = "answer" if self.text_field else "class"
 
     @property
     def num_layers(self):
@@ -168,14 +171,15 @@ class DemoBackend:
                 for q, row in zip(words, values)]
 
 
-def _answers_markdown(prediction):
-    """The prediction as a Markdown table (every ``[MASK]`` of a caption; the chosen box of an expression)."""
+def _answers_markdown(prediction, noun="answer"):
+    """The prediction as a Markdown table (every ``[MASK]`` of a caption; the chosen box of an expression); its
+    label column is headed ``noun``."""
     lists = prediction.get("masks") or [prediction["predictions"]]
     lines = []
     for m, ranked in enumerate(lists, 1):
         if len(lists) > 1:
             lines.append("\n**[MASK] {}**\n".format(m))
-        lines += ["| | answer | score |", "|---|---|---|"]
+        lines += ["| | {} | score |".format(noun), "|---|---|---|"]
         lines += ["| {} | {} | {:.4f} |".format(k, html.escape(p["label"]), p["score"])
                   for k, p in enumerate(ranked, 1)]
     return "\n".join(lines)
@@ -226,7 +230,7 @@ def build_page(backend, examples=(), title="VL-BERT"):
                                         elem_id="examples")
             with gr.Column():
                 message = gr.Markdown(elem_id="message")
-                scores = gr.Label(label="top answers", elem_id="answers")
+                scores = gr.Label(label="top answers" if text_label else "top classes", elem_id="answers")
                 if backend.num_layers:
                     layer = gr.Slider(0, backend.num_layers, value=0, step=1, elem_id="layer",
                                       label="attention layer (0: mean over all layers)")
@@ -249,7 +253,8 @@ def build_page(backend, examples=(), title="VL-BERT"):
             if result.message:
                 return ("**error:** {}".format(html.escape(result.message)), None, "", None, [], None, None)
             shown = backend.attention_tiles(result.attention, int(chosen_layer)) if result.attention else []
-            return ("", result.scores, _answers_markdown(result.prediction), result.boxes_image, shown,
+            table_md = _answers_markdown(result.prediction, backend.output_noun)
+            return ("", result.scores, table_md, result.boxes_image, shown,
                     result.prediction, result.attention)
 
         def repaint(record, chosen_layer):

@@ -4,6 +4,7 @@
 #   --cpu-passes (what CI runs): the suite once on this machine's CPU settings, then once under each setting of
 #                CPU_PASSES below, which make MKL, oneDNN and ATen take other kernels, as on another processor: a
 #                float compared exactly between two computations fails there. Exits 1 naming each failed pass.
+#                Each pass prints its 25 slowest tests (--durations=25).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup_env.sh" --test
@@ -13,6 +14,7 @@ if [ "${1:-}" != "--cpu-passes" ]; then
     exec "${PYTEST[@]}" "$@"
 fi
 shift
+PYTEST+=(--durations=25)
 # name|environment. A setting above what the processor has is ignored by the library (it takes its best).
 # avx2-1-thread: an AVX2 processor, one thread. avx512-no-amx: oneDNN and ATen as on an AVX-512 processor without
 # AMX (AMD EPYC), MKL's SSE4.2 GEMM: its kernels farthest from the AVX-512 ones (near-tied scores reorder there).

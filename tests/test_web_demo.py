@@ -29,7 +29,7 @@ from common.drawing import BOX_COLOUR, CHOSEN_COLOUR, PAINT_ALPHA, thumbnail
 from common.errors import UserInputError
 from common.predict import Predictor
 from common.web_demo import DRAWN_SIDE, MAX_PIXELS, DemoBackend, build_page, launch
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_task
 from tests.golden import assert_ranking_close, close
 from tests.test_predict import LONG_TEXT, VQA_CFG, bad_photos, cls_run, refcoco_run, vqa_run  # noqa: F401
 
@@ -209,10 +209,10 @@ def _chromium():
         from selenium.webdriver.chrome.service import Service
         import gradio  # noqa: F401
     except ImportError as e:
-        missing.append("python package {} (requirements-test.txt, requirements-demo.txt)".format(e.name))
+        missing.append("python package {} (requirements-test.txt)".format(e.name))
     if missing:
         pytest.skip("browser test: {} not installed (apt-get install chromium chromium-driver; scripts/setup_env.sh "
-                    "--test --demo)".format(", ".join(missing)))
+                    "--test)".format(", ".join(missing)))
     options = webdriver.ChromeOptions()
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--window-size=1300,2100"):
@@ -497,11 +497,16 @@ def test_serve_demo_on_a_cls_checkpoint_answers_and_keeps_no_upload(cls_run, tmp
         url = "http://127.0.0.1:{}".format(port)
         config = urllib.request.urlopen(url + "/config").read().decode()
         assert "chelsea.jpg" in config and str(tmp_path) not in config
+        # the page names the timm model it serves, not VL-BERT
+        arch = load_task("cls").load_config(cls_run["cfg"], cls_run["opts"]).NETWORK.ARCH
+        title = "{} classifier: {}".format(arch, os.path.basename(cls_run["ckpt"]))
+        assert json.loads(config)["title"] == title, json.loads(config)["title"]
         photo = _random_photo(tmp_path / "my photo.png")
         out = Client(url + "/", verbose=False, download_files=False).predict(handle_file(photo), "",
                                                                               api_name="/answer")
         expected, = Predictor.from_checkpoint(cls_run["cfg"], cls_run["ckpt"], opts=cls_run["opts"])({"image": photo})
         assert out[0] == "" and out[5]["image"] == "my photo.png"
+        assert out[2].splitlines()[0] == "| | class | score |"
         _same_predictions(out[5]["predictions"], expected["predictions"])
         private, = [p for p in os.listdir(tmp_path) if p.startswith("serve_demo-")]
         kept = [n for _, _, names in os.walk(tmp_path / private / "uploads") for n in names]

@@ -143,7 +143,7 @@ def main(argv=None):
     else:
         os.makedirs(os.path.join(private, "examples"))
         examples = demo_examples(os.path.join(private, "examples"), backend.text_field)
-    title = "VL-BERT {}: {}".format(predictor.task.name, os.path.basename(args.ckpt))
+    title = "{}: {}".format(predictor.task.model_title(predictor.cfg), os.path.basename(args.ckpt))
     page = build_page(backend, examples, title=title)
     url = launch(page, args.host, args.port, allowed_paths=[os.path.join(private, "examples")])
     print("serving on {}".format(url), flush=True)

@@ -23,6 +23,10 @@ class VLBertTask(Task):
             inputs.append(Input("NETWORK.PARTIAL_PRETRAIN", "checkpoint", net.PARTIAL_PRETRAIN))
         return inputs
 
+    def model_title(self, cfg):
+        """``"VL-BERT <task>"`` (e.g. ``VL-BERT vqa``)."""
+        return "VL-BERT {}".format(self.name)
+
     def partial_pretrain(self, cfg):
         """``(NETWORK.PARTIAL_PRETRAIN, NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES)``, or None when no file is set."""
         net = cfg.NETWORK
