@@ -1,4 +1,5 @@
 import argparse
+import json
 import os
 import random
 import re
@@ -14,7 +15,7 @@ import torch.multiprocessing as mp
 from common import distributed as cdist
 from common.data.samplers import DistributedSampler, InferenceSampler
 from tests.faults import harness
-from tests.tiny_vcr import ACCUMULATION_OPTS, CFG, ENTRY, LAUNCH_ENV, ROOT, checkpoint
+from tests.tiny_vcr import ACCUMULATION_OPTS, CFG, ENTRY, LAUNCH_ENV, ROOT, checkpoint, output_folder
 
 
 def free_port():
@@ -163,6 +164,9 @@ def test_dist_run_single_two_cpu_ranks_accumulating(tmp_path, tiny_vcr):
     final = checkpoint(tmp_path, 1)
     # 8 items on 2 ranks in batches of 1: 4 micro-batches per rank per epoch, k = 2 -> 2 steps per epoch
     assert (len(final["rng"]), final["train_state"]["global_step"]) == (2, 4)
+    with open(os.path.join(output_folder(tmp_path), "run.json")) as f:
+        record = json.load(f)
+    assert (record["world_size"], record["strategy"]) == (2, "ddp")  # a one-process run: 'single' (test_run_record)
 
 
 @pytest.mark.slow
