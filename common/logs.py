@@ -2,7 +2,7 @@
 
 Every product module logs through :func:`get_logger` (a child of ``vlbert``). Python warnings
 (``logging.captureWarnings``) and the records of other libraries' loggers that reach the root
-logger (warnings and errors by default, e.g. tensorboardX's) go to the same handlers, so the log
+logger (warnings and errors by default) go to the same handlers, so the log
 file in the output folder holds every line the run prints. Lines logged before the file exists
 (config loading, say) are kept in memory and written to it when :func:`setup_run_logging` opens it.
 
@@ -56,6 +56,9 @@ def _install(level, handlers):
 def start_logging(level=logging.INFO):
     """Process-wide set-up (scripts call it first, through :func:`common.cli.run_main`): stdout,
     and a memory buffer that keeps the records for the log file."""
+    # A skipped step's inf/nan loss and gradient norm go to TensorBoard on purpose; tensorboardX would say
+    # "NaN or Inf found in input tensor." for each, naming neither value nor step (the divergence guard does).
+    logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
     _install(level, [_console(), logging.handlers.MemoryHandler(_BUFFER_CAPACITY, flushLevel=logging.CRITICAL + 1)])
     return logging.getLogger(NAME)
 
