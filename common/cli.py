@@ -8,6 +8,7 @@ import os
 import sys
 import time
 
+from common import rank_errors
 from common.config import ConfigError, dump_config
 from common.distributed import add_launcher_args
 from common.errors import UserInputError
@@ -67,16 +68,20 @@ def config_from_args(args, task):
 def run_main(main):
     """Run ``main()`` with the process's logging started (:func:`common.logs.start_logging`); a user
     mistake (bad config, missing data, model or checkpoint file) ends the process with its message
-    (one ``error:`` line per mistake when it lists several) and exit code 2 instead of a traceback."""
+    (one ``error:`` line per mistake when it lists several) and exit code 2 instead of a traceback. Under a
+    launcher of ``scripts/`` the lines go to the launcher, which prints them once for all ranks
+    (:mod:`common.rank_errors`)."""
     from common.checkpoint import CheckpointError  # imported late: it pulls in the trainer
 
     start_logging()
     try:
         return main()
     except (UserInputError, FileNotFoundError, CheckpointError) as e:
-        for line in getattr(e, "lines", None) or [str(e)]:
-            print("error: {}".format(line), file=sys.stderr)
-        sys.exit(2)
+        lines = ["error: {}".format(line) for line in getattr(e, "lines", None) or [str(e)]]
+        if not rank_errors.record(lines):
+            for line in lines:
+                print(line, file=sys.stderr)
+        sys.exit(rank_errors.USER_ERROR_EXIT_CODE)
 
 
 def output_folder(cfg, cfg_path, image_set):
