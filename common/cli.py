@@ -15,9 +15,17 @@ from common.errors import UserInputError
 from common.logs import setup_run_logging, start_logging
 
 
+class _TrainArgumentParser(argparse.ArgumentParser):
+    """A parser whose errors are :class:`UserInputError`: under a launcher each rank reports a wrong
+    argument, and :func:`run_main` makes it one ``error:`` line (the launcher's, for all ranks)."""
+
+    def error(self, message):
+        raise UserInputError("{}: {} (see --help)".format(self.prog, message))
+
+
 def train_argument_parser(description):
-    """The argparse parser of ``<task>/train_end2end.py``."""
-    parser = argparse.ArgumentParser(description)
+    """The argparse parser of ``<task>/train_end2end.py``; a wrong argument raises :class:`UserInputError`."""
+    parser = _TrainArgumentParser(description=description)
     parser.add_argument("--cfg", required=True, help="path to the YAML config file")
     parser.add_argument("--model-dir", help="root folder of the outputs (OUTPUT_PATH is relative to it)")
     parser.add_argument("--log-dir", help="tensorboard folder (default: <output folder>/tensorboard_logs)")

@@ -34,7 +34,8 @@ class _UserErrorNoise(logging.Filter):
     def filter(self, record):
         message = record.getMessage()
         about_the_end = "closing signal" in message or message.startswith("failed (exitcode")
-        return not (about_the_end and rank_errors.distinct_messages(self.folder))
+        user_error = message.startswith("failed (exitcode: {})".format(rank_errors.USER_ERROR_EXIT_CODE))
+        return not (about_the_end and (user_error or rank_errors.distinct_messages(self.folder)))
 
 
 def main(argv):
@@ -51,9 +52,8 @@ def main(argv):
         run(args)
         return 0
     except ChildFailedError as e:
-        messages = rank_errors.distinct_messages(folder)
-        sys.stderr.write("".join(messages))
-        if messages and e.get_first_failure()[1].exitcode == rank_errors.USER_ERROR_EXIT_CODE:
+        sys.stderr.write("".join(rank_errors.distinct_messages(folder)))
+        if e.get_first_failure()[1].exitcode == rank_errors.USER_ERROR_EXIT_CODE:  # said by the rank(s)
             return rank_errors.USER_ERROR_EXIT_CODE
         raise
     finally:
