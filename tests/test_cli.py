@@ -97,4 +97,5 @@ def test_wrong_argument_is_one_error_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         run_main(lambda: tiny_task.main(["--cfg", cfg, "--model-dir", str(tmp_path), "--bogus", "1"]))
     err = capsys.readouterr().err
-    assert e.value.code == 2 and re.fullmatch(r"error: \S+: unrecognized arguments: --bogus 1 \(see --help\)\n", err), err
+    assert e.value.code == 2
+    assert re.fullmatch(r"error: \S+: unrecognized arguments: --bogus 1 \(see --help\)\n", err), err

@@ -31,7 +31,8 @@ def test_nan_loss_stops_run_and_leaves_last_finite_weights(tiny_cfg, tmp_path, m
     assert re.search(r"error: training diverged: 3 optimizer steps in a row were skipped for inf/nan gradients "
                      r"\(epoch 0, batch 13; step 7, 4 applied\); the last finite loss was [0-9.e+-]+, at optimizer "
                      r"step 4; loss scale 8192\. The checkpoints written so far are intact\. Try a lower TRAIN\.LR, "
-                     r"TRAIN\.FP16_DTYPE bfloat16 \(fp32's range\) or a lower TRAIN\.CLIP_GRAD_NORM \(now 10\), and check the data",
+                     r"TRAIN\.FP16_DTYPE bfloat16 \(fp32's range\) or a lower TRAIN\.CLIP_GRAD_NORM \(now 10\), and check "
+                     r"the data",
                      errors[0]), errors[0]  # the config clips at 10 already: a lower value, not "e.g. 1.0"
     log = "".join(open(p).read() for p in glob.glob(os.path.join(folder, "*.log")))
     assert errors[0].split("error: ", 1)[1] in log
