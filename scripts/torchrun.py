@@ -41,13 +41,13 @@ class _UserErrorNoise(logging.Filter):
 def main(argv):
     """Run torchrun with ``argv``; returns the exit code (0, or 2 for a user mistake). Other failures raise
     torchrun's ChildFailedError."""
+    args = parse_args(argv)
+    if "OMP_NUM_THREADS" not in os.environ and args.nproc_per_node.isdigit() and int(args.nproc_per_node) > 1:
+        os.environ["OMP_NUM_THREADS"] = "1"  # torchrun's own default, without its banner about it
     folder = tempfile.mkdtemp(prefix="vlbert-rank-errors-")
     os.environ[rank_errors.ENV] = folder
     noise = _UserErrorNoise(folder)
     logging.getLogger(AGENT_LOGGER).addFilter(noise)
-    args = parse_args(argv)
-    if "OMP_NUM_THREADS" not in os.environ and args.nproc_per_node.isdigit() and int(args.nproc_per_node) > 1:
-        os.environ["OMP_NUM_THREADS"] = "1"  # torchrun's own default, without its banner about it
     try:
         run(args)
         return 0
