@@ -441,7 +441,7 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
     Raises:
         FileNotFoundError, CheckpointError: TRAIN.RESUME and the file is absent or unusable;
             AUTO_RESUME and every checkpoint is unreadable; a chosen checkpoint that does not fit
-            the model (on every rank); what ``check`` raises.
+            the model (on every rank; the message names the run folder to move away); what ``check`` raises.
     """
     path, ckpt, error = None, None, None
     if cdist.is_main_process():
@@ -456,8 +456,13 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
         ckpt = load_checkpoint_file(path)
     if check is not None:
         check(ckpt, path)
-    restored = restore_checkpoint(ckpt, model, optimizer, scaler, lr_scheduler, validation_monitor, source=path,
-                                  extra=extra)
+    try:
+        restored = restore_checkpoint(ckpt, model, optimizer, scaler, lr_scheduler, validation_monitor, source=path,
+                                      extra=extra)
+    except CheckpointError as e:  # the run folder is another run's: say which folder, and what to give instead
+        raise CheckpointError("{}\nThe run folder {} holds a run of another model (another config or data set): "
+                              "move it away, or give this run its own folder (--model-dir, OUTPUT_PATH)".format(
+                                  e, os.path.dirname(path))) from None
     state = _train_state_of(ckpt, path, steps_per_epoch)
     logger.info("Resumed from %s: epoch %d, batch %d, optimizer step %d", path, state["epoch"],
                 state["epoch_batch"], state["global_step"])

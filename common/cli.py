@@ -8,15 +8,24 @@ import os
 import sys
 import time
 
+from common import rank_errors
 from common.config import ConfigError, dump_config
 from common.distributed import add_launcher_args
 from common.errors import UserInputError
 from common.logs import setup_run_logging, start_logging
 
 
+class _TrainArgumentParser(argparse.ArgumentParser):
+    """A parser whose errors are :class:`UserInputError`: under a launcher each rank reports a wrong
+    argument, and :func:`run_main` makes it one ``error:`` line (the launcher's, for all ranks)."""
+
+    def error(self, message):
+        raise UserInputError("{}: {} (see --help)".format(self.prog, message))
+
+
 def train_argument_parser(description):
-    """The argparse parser of ``<task>/train_end2end.py``."""
-    parser = argparse.ArgumentParser(description)
+    """The argparse parser of ``<task>/train_end2end.py``; a wrong argument raises :class:`UserInputError`."""
+    parser = _TrainArgumentParser(description=description)
     parser.add_argument("--cfg", required=True, help="path to the YAML config file")
     parser.add_argument("--model-dir", help="root folder of the outputs (OUTPUT_PATH is relative to it)")
     parser.add_argument("--log-dir", help="tensorboard folder (default: <output folder>/tensorboard_logs)")
@@ -67,16 +76,20 @@ def config_from_args(args, task):
 def run_main(main):
     """Run ``main()`` with the process's logging started (:func:`common.logs.start_logging`); a user
     mistake (bad config, missing data, model or checkpoint file) ends the process with its message
-    (one ``error:`` line per mistake when it lists several) and exit code 2 instead of a traceback."""
+    (one ``error:`` line per mistake when it lists several) and exit code 2 instead of a traceback. Under a
+    launcher of ``scripts/`` the lines go to the launcher, which prints them once for all ranks
+    (:mod:`common.rank_errors`)."""
     from common.checkpoint import CheckpointError  # imported late: it pulls in the trainer
 
     start_logging()
     try:
         return main()
     except (UserInputError, FileNotFoundError, CheckpointError) as e:
-        for line in getattr(e, "lines", None) or [str(e)]:
-            print("error: {}".format(line), file=sys.stderr)
-        sys.exit(2)
+        lines = ["error: {}".format(line) for line in getattr(e, "lines", None) or [str(e)]]
+        if not rank_errors.record(lines):
+            for line in lines:
+                print(line, file=sys.stderr)
+        sys.exit(rank_errors.USER_ERROR_EXIT_CODE)
 
 
 def output_folder(cfg, cfg_path, image_set):

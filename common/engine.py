@@ -42,7 +42,7 @@ from common.parallel.fsdp import shard_model
 from common.partial_pretrain import load_partial_pretrain
 from common.predict import write_run_info
 from common.profiling import DataWaitWarning, StepProfiler
-from common.run_record import RunRecord
+from common.run_record import RunRecord, strategy_name
 from common.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
 from common.trainer import DIVERGED_EXIT_CODE, Trainer, TrainingDivergedError
 
@@ -233,7 +233,8 @@ def train_net(args, cfg, task):
         purge_step = None if state is None else state["epoch"] * len(train_loader) + state["epoch_batch"]
         writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"), purge_step=purge_step)
     hooks = [validation, *stateful.values(),
-             RunRecord(folder, cfg, args.cfg, task.inputs(cfg), validation, world_size, device),
+             RunRecord(folder, cfg, args.cfg, task.inputs(cfg), validation, world_size, device,
+                       strategy_name(world_size, sharded)),
              LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT),
              Speedometer(cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
                          epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]

@@ -2,15 +2,18 @@
 
 Every product module logs through :func:`get_logger` (a child of ``vlbert``). Python warnings
 (``logging.captureWarnings``) and the records of other libraries' loggers that reach the root
-logger (warnings and errors by default, e.g. tensorboardX's) go to the same handlers, so the log
+logger (warnings and errors by default) go to the same handlers, so the log
 file in the output folder holds every line the run prints. Lines logged before the file exists
 (config loading, say) are kept in memory and written to it when :func:`setup_run_logging` opens it.
 
-The console handler writes to stdout; ranks other than 0 show warnings and errors only.
+The console handler writes to stdout; ranks other than 0 show warnings and errors only, and errors only until
+the run's logging is set up (the config's warnings are rank 0's to say).
 """
 import logging
 import logging.handlers
 import sys
+
+from common.rank_errors import launch_rank
 
 NAME = "vlbert"
 WARNINGS = "py.warnings"  # the logger of logging.captureWarnings
@@ -56,7 +59,15 @@ def _install(level, handlers):
 def start_logging(level=logging.INFO):
     """Process-wide set-up (scripts call it first, through :func:`common.cli.run_main`): stdout,
     and a memory buffer that keeps the records for the log file."""
-    _install(level, [_console(), logging.handlers.MemoryHandler(_BUFFER_CAPACITY, flushLevel=logging.CRITICAL + 1)])
+    # A skipped step's inf/nan loss and gradient norm go to TensorBoard on purpose; tensorboardX would say
+    # "NaN or Inf found in input tensor." for each, naming neither value nor step (the divergence guard does).
+    logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
+    console = _console()
+    if launch_rank() != 0:
+        # Until the run's logging is set up, a launched job's ranks load the same config and check the same
+        # inputs: rank 0 says its warnings, the others would repeat them once per rank.
+        console.setLevel(logging.ERROR)
+    _install(level, [console, logging.handlers.MemoryHandler(_BUFFER_CAPACITY, flushLevel=logging.CRITICAL + 1)])
     return logging.getLogger(NAME)
 
 

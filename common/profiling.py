@@ -22,6 +22,7 @@ from common.logs import get_logger
 logger = get_logger(__name__)
 
 DATA_WAIT_SHARE = 0.2  # of a logging window's training time
+KINETO_QUIET = 6  # above Kineto's highest console level (its USDT markers, 5)
 
 
 class StepProfiler(HookBase):
@@ -41,6 +42,10 @@ class StepProfiler(HookBase):
 
     def _begin(self):
         cuda = self.device.type == "cuda"
+        if not cuda:
+            # Kineto (torch's profiler library) would print its GPU probe's failure ("gpuGetDeviceCount failed
+            # with code 35") and start/stop markers on a machine without GPU; a level set by the user stays.
+            os.environ.setdefault("KINETO_LOG_LEVEL", str(KINETO_QUIET))
         activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
         # the memory timeline needs shapes, memory and stacks
         self.profiler = torch.profiler.profile(activities=activities, record_shapes=cuda, profile_memory=cuda,

@@ -7,7 +7,7 @@ epoch (with its validation), by the :class:`RunRecord` hook. Keys::
     git            {commit, dirty, diff_sha256} of the code's checkout (None values outside a git checkout)
     env            {python, torch, cuda, cudnn, devices: {type, count, names}}
     world_size     processes of this launch
-    strategy       TRAIN.STRATEGY ('ddp' or 'fsdp'; 'ddp' also for one process)
+    strategy       how the processes train: 'single' (one process, no wrapper), 'ddp' or 'fsdp' (TRAIN.STRATEGY)
     config_file    the --cfg file; config_sha256: sha256 of the effective config.yaml in the run folder
     seeds          {RNG_SEED, per_rank: RNG_SEED + rank (None when RNG_SEED < 0: unseeded)}
     host_metric    the validation metric the run keeps the best checkpoint by
@@ -168,6 +168,14 @@ def write_record(folder: str, record: dict) -> None:
     atomic_write(os.path.join(folder, FILE), lambda f: f.write(text), binary=False, size_hint=len(text))
 
 
+def strategy_name(world_size: int, sharded: bool) -> str:
+    """What run.json calls the way a launch trains: 'fsdp' (parameters sharded over the process group, one
+    process included), 'ddp' (a DistributedDataParallel over ``world_size`` > 1 processes), else 'single'."""
+    if sharded:
+        return "fsdp"
+    return "ddp" if world_size > 1 else "single"
+
+
 class RunRecord(HookBase):
     """Writes ``run.json`` (see the module docstring) on rank 0: at ``before_train`` and at every ``after_epoch``
     (put it after the validation hook, so the epoch's metrics are there).
@@ -180,20 +188,21 @@ class RunRecord(HookBase):
         validation: the :class:`common.hooks.validation_monitor.ValidationMonitor` (``validated``, ``values``,
             ``host_metric_name``).
         world_size, device: of this launch.
+        strategy: 'single', 'ddp' or 'fsdp' (:func:`strategy_name`).
     """
 
-    def __init__(self, folder, cfg, cfg_path, inputs, validation, world_size: int, device: torch.device):
+    def __init__(self, folder, cfg, cfg_path, inputs, validation, world_size: int, device: torch.device,
+                 strategy: str):
         self.folder, self.cfg, self.cfg_path, self.inputs = folder, cfg, cfg_path, inputs
-        self.validation, self.world_size, self.device = validation, world_size, device
+        self.validation, self.world_size, self.device, self.strategy = validation, world_size, device, strategy
         self.record = None
         self.epoch_start = self.mark = None
 
     def _header(self, earlier: Optional[dict]) -> dict:
         seed = self.cfg.RNG_SEED
-        strategy = self.cfg.TRAIN.STRATEGY
         config = os.path.join(self.folder, "config.yaml")
         return {"command": " ".join(sys.argv), "git": git_info(), "env": env_info(self.device),
-                "world_size": self.world_size, "strategy": str(strategy), "config_file": self.cfg_path,
+                "world_size": self.world_size, "strategy": self.strategy, "config_file": self.cfg_path,
                 "config_sha256": sha256_file(config) if os.path.isfile(config) else None,
                 "seeds": {"RNG_SEED": seed, "per_rank": [seed + r for r in range(self.world_size)] if seed >= 0 else None},
                 "host_metric": self.validation.host_metric_name,

@@ -310,9 +310,17 @@ class Trainer:
                 state["last_finite_loss"], state["last_finite_step"])
         else:
             last = "no step of this run had a finite loss"
+        # only what this run can still change: bfloat16 for a float16 run (the only one with a loss scaler),
+        # clipping where it is off, else a tighter one
+        remedies = ["a lower TRAIN.LR"]
+        if ctx.scaler.grad_scaler.is_enabled():
+            remedies.append("TRAIN.FP16_DTYPE bfloat16 (fp32's range)")
+        if self.clip_grad_norm is None:
+            remedies.append("TRAIN.CLIP_GRAD_NORM (e.g. 1.0)")
+        else:
+            remedies.append("a lower TRAIN.CLIP_GRAD_NORM (now {:g})".format(self.clip_grad_norm))
         return ("training diverged: {} optimizer steps in a row were skipped for inf/nan gradients (epoch {}, batch {}; "
-                "step {}, {} applied); {}; loss scale {:g}. The checkpoints written so far are intact. Try a lower "
-                "TRAIN.LR, TRAIN.FP16_DTYPE bfloat16 (fp32's range) or TRAIN.CLIP_GRAD_NORM (e.g. 1.0), and check the "
-                "data; TRAIN.MAX_CONSECUTIVE_SKIPS ({}) sets how many skips in a row stop a run{}".format(
+                "step {}, {} applied); {}; loss scale {:g}. The checkpoints written so far are intact. Try {} or {}, "
+                "and check the data; TRAIN.MAX_CONSECUTIVE_SKIPS ({}) sets how many skips in a row stop a run{}".format(
                     state["consecutive_skips"], ctx.epoch, ctx.micro_batch, tried_steps(state), state["global_step"],
-                    last, ctx.scaler.scale, self.max_consecutive_skips, where))
+                    last, ctx.scaler.scale, ", ".join(remedies[:-1]), remedies[-1], self.max_consecutive_skips, where))

@@ -11,7 +11,8 @@
 # the default config reads.
 #   usage: demo/run_demo_own_images.sh [PHOTOS QA_JSON] [KEY VALUE ...]   (KEY VALUE: training --opts)
 # Environment (defaults in brackets):
-#   OUT [data/own_vqa]          data, features and the run's output folder
+#   OUT [data/own_vqa; data/own_vqa_example for the example]   data, features and the run's output folder, of
+#                               one PHOTOS and QA_JSON: the script refuses a folder written for others
 #   CFG [cfgs/vqa/demo_cpu.yaml] VQA config (precomputed 2048-d features, DATASET.BOXES '36')
 #   BOX_SOURCE [grid]           grid (GRID [4x4]) or detector (DETECTOR_WEIGHTS, DETECTOR [fasterrcnn_resnet50_fpn_v2])
 #   RESNET_WEIGHTS              ResNet state dict of the features [a random ResNet-50, as the VQA demo: none
@@ -24,17 +25,30 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="$ROOT/.venv/bin/python"
 [ -x "$PY" ] || PY=python3
-OUT="${OUT:-data/own_vqa}"
 CFG="${CFG:-cfgs/vqa/demo_cpu.yaml}"
 BOX_SOURCE="${BOX_SOURCE:-grid}"
 NPROC="${NPROC:-2}"
+EXAMPLE=
 if [ $# -ge 2 ] && [ -e "$1" ]; then
+    OUT="${OUT:-data/own_vqa}"
     PHOTOS=$1 QA=$2
     shift 2
 else
-    "$PY" demo/own_images_example.py --out "$OUT/example"
-    PHOTOS=$OUT/example/photos QA=$OUT/example/qa.json
+    OUT="${OUT:-data/own_vqa_example}"
+    EXAMPLE=$OUT/example
+    PHOTOS=$EXAMPLE/photos QA=$EXAMPLE/qa.json
 fi
+# One OUT per data set: TRAIN.AUTO_RESUME would take another data set's checkpoint (another answer vocabulary).
+INPUTS="$(realpath -m "$PHOTOS")
+$(realpath -m "$QA")"
+if [ -f "$OUT/.inputs" ] && [ "$(cat "$OUT/.inputs")" != "$INPUTS" ]; then
+    echo "error: OUT '$OUT' holds the data and run of other photos and questions ($(tr '\n' ' ' < "$OUT/.inputs" |
+        sed 's/ $//')): move that folder away, or give this data set its own, e.g. OUT=${OUT%/}_2" >&2
+    exit 2
+fi
+mkdir -p "$OUT"
+echo "$INPUTS" > "$OUT/.inputs"
+[ -z "$EXAMPLE" ] || "$PY" demo/own_images_example.py --out "$EXAMPLE"
 
 # 2 first (it checks the QA file against the photos and makes the feature folder), then 1 into that folder.
 FEATURES="$("$PY" -c 'import sys; sys.path.insert(0, "."); from vqa.data.vqa import FEATURE_FOLDERS, PRECOMPUTED_ROOT

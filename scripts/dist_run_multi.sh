@@ -8,6 +8,6 @@ usage_check 7 "NNODES NODE_RANK MASTER_ADDR NGPUS SCRIPT CFG MODEL_DIR [extra ar
 
 NNODES=$1 NODE_RANK=$2 ADDR=$3 NGPUS=$4 SCRIPT=$5 CFG=$6 MODEL_DIR=$7
 shift 7
-exec "$PYTHON" -m torch.distributed.run --nnodes="$NNODES" --node_rank="$NODE_RANK" \
+exec "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/torchrun.py" --nnodes="$NNODES" --node_rank="$NODE_RANK" \
     --master_addr="$ADDR" --master_port="${MASTER_PORT:-29500}" --nproc_per_node="$NGPUS" \
     "$SCRIPT" --cfg "$CFG" --model-dir "$MODEL_DIR" --dist "$@"

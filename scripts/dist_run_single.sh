@@ -15,5 +15,5 @@ if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then   # a 4th argument not starting wit
     shift
 fi
 # --standalone: a local rendezvous on a free port, so several jobs can share the node.
-exec "$PYTHON" -m torch.distributed.run --standalone --nnodes=1 --nproc_per_node="$NGPUS" \
+exec "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/torchrun.py" --standalone --nnodes=1 --nproc_per_node="$NGPUS" \
     "$SCRIPT" --cfg "$CFG" --model-dir "$MODEL_DIR" --dist "$@"

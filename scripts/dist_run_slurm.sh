@@ -56,7 +56,11 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # job exits with the code of its first failed task (srun's own is 137 when it killed the others).
 mkdir -p "$WORK_DIR"
 EXIT_CODES=$(mktemp -d "$WORK_DIR/.exit-codes.XXXXXX")
-trap 'rm -rf "$EXIT_CODES"' EXIT
+# A user mistake (exit code 2): each task writes its error lines here instead of printing them, and the
+# launcher prints each distinct message once (common/rank_errors.py).
+VLBERT_RANK_ERRORS=$(mktemp -d "$WORK_DIR/.rank-errors.XXXXXX")
+trap 'rm -rf "$EXIT_CODES" "$VLBERT_RANK_ERRORS"' EXIT
+export VLBERT_RANK_ERRORS
 # The task's shell outlives the signals SLURM sends to every process of the step (its trap runs once the
 # script has ended). Python starts with SIGUSR1 ignored, which would otherwise kill it before training
 # installs its handler (common/preemption.py): an early warning signal is dropped, the time limit's
@@ -91,6 +95,13 @@ while :; do
 done
 trap - USR1 TERM
 kill "$WATCHDOG_PID" 2>/dev/null || true
+declare -A said
+for file in "$VLBERT_RANK_ERRORS"/*; do
+    [ -s "$file" ] || continue
+    text=$(cat "$file")
+    [ -n "${said[$text]:-}" ] || echo "$text" >&2
+    said[$text]=1
+done
 if grep -qx "$PREEMPTED_EXIT_CODE" "$EXIT_CODES"/* 2>/dev/null; then
     rc=$PREEMPTED_EXIT_CODE
 elif [ "$rc" -ne 0 ]; then

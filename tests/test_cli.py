@@ -1,10 +1,14 @@
 """Command line: flags, config errors without tracebacks, output folder with the effective config."""
 import os
+import re
 import subprocess
 import sys
 
-from common.cli import config_from_args, setup_output, train_argument_parser
+import pytest
+
+from common.cli import config_from_args, run_main, setup_output, train_argument_parser
 from tests.conftest import ROOT
+from tests.faults import harness, tiny_task
 from vcr.task import TASK as VCR_TASK
 
 FP16_CFG = os.path.join(ROOT, "cfgs", "vcr", "base_q2a_4x16G_fp16.yaml")
@@ -71,3 +75,27 @@ def test_partial_pretrain_flag_for_a_task_without_the_key_is_one_error(tmp_path)
     assert proc.stderr.strip() == ("error: --partial-pretrain: task 'faults_tiny' loads no pretraining checkpoint "
                                    "(it declares no partial-pretrain key); drop the option")
     assert not os.path.exists(tmp_path / "output")
+
+
+def test_unknown_key_is_never_offered_its_own_section(tmp_path, capsys):
+    """``DATASET.NOPE`` has no close key: no suggestion (once it got "did you mean DATASET?"); a near name in the
+    key's section, with its case changed too, or the same name in another section, is offered."""
+    cfg = tiny_task.write_config(tmp_path)
+    for key, message in (("DATASET.NOPE", "DATASET.NOPE: no such key"), ("TRAIN.NOPE", "TRAIN.NOPE: no such key"),
+                         ("train.lr", "train: no such key; did you mean TRAIN?"),
+                         ("TRAIN.lr", "TRAIN.lr: no such key; did you mean TRAIN.LR?"),
+                         ("TRAIN.RNG_SEED", "TRAIN.RNG_SEED: no such key; did you mean RNG_SEED?")):
+        assert harness.run_here(cfg, tmp_path, opts=[key, 1]) == 2
+        assert capsys.readouterr().err == "error: --opts: {}\n".format(message)
+    assert not os.path.exists(tmp_path / "output")
+
+
+def test_wrong_argument_is_one_error_line(tmp_path, capsys):
+    """A wrong training argument is a user error like a wrong key (one ``error:`` line, exit code 2, which a
+    launcher says once for all ranks), not argparse's usage and message on each rank."""
+    cfg = tiny_task.write_config(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        run_main(lambda: tiny_task.main(["--cfg", cfg, "--model-dir", str(tmp_path), "--bogus", "1"]))
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert re.fullmatch(r"error: \S+: unrecognized arguments: --bogus 1 \(see --help\)\n", err), err

@@ -214,3 +214,18 @@ def test_shipped_pretrain_configs_warn_only_about_keys_the_reference_never_read(
         expected = [] if path.endswith("demo_e2e_cpu.yaml") else [
             "DATASET.IGNORE_DB_CACHE", "DATASET.ROOT_PATH", "GPUS", "NETWORK.ENABLE_CNN_REG_LOSS"]
         assert keys == expected, path
+
+
+def test_vqa_demo_config_trains_without_a_warning(tmp_path, monkeypatch, capsys):
+    """vqa/train_end2end.py on cfgs/vqa/demo_cpu.yaml: no warning before the data check (its
+    NETWORK.ENABLE_CNN_REG_LOSS false is acted on: the VQA model then has no regularizing predictor)."""
+    from common.cli import run_main
+    from common.engine import train_main
+    from vqa.task import TASK as VQA_TASK
+    monkeypatch.setattr(sys, "argv", ["vqa/train_end2end.py", "--cfg", os.path.join(ROOT, "cfgs", "vqa", "demo_cpu.yaml"),
+                                      "--model-dir", str(tmp_path), "--opts", "DATASET.DATASET_PATH", "/no/data"])
+    with pytest.raises(SystemExit) as e:
+        run_main(lambda: train_main(VQA_TASK, "t"))
+    out = capsys.readouterr()
+    assert e.value.code == 2 and "DATASET.DATASET_PATH: data folder '/no/data'" in out.err
+    assert "warning" not in out.out + out.err

@@ -1,4 +1,5 @@
 import argparse
+import json
 import os
 import random
 import re
@@ -14,7 +15,7 @@ import torch.multiprocessing as mp
 from common import distributed as cdist
 from common.data.samplers import DistributedSampler, InferenceSampler
 from tests.faults import harness
-from tests.tiny_vcr import ACCUMULATION_OPTS, CFG, ENTRY, LAUNCH_ENV, ROOT, checkpoint
+from tests.tiny_vcr import ACCUMULATION_OPTS, CFG, ENTRY, LAUNCH_ENV, ROOT, checkpoint, output_folder
 
 
 def free_port():
@@ -163,6 +164,9 @@ def test_dist_run_single_two_cpu_ranks_accumulating(tmp_path, tiny_vcr):
     final = checkpoint(tmp_path, 1)
     # 8 items on 2 ranks in batches of 1: 4 micro-batches per rank per epoch, k = 2 -> 2 steps per epoch
     assert (len(final["rng"]), final["train_state"]["global_step"]) == (2, 4)
+    with open(os.path.join(output_folder(tmp_path), "run.json")) as f:
+        record = json.load(f)
+    assert (record["world_size"], record["strategy"]) == (2, "ddp")  # a one-process run: 'single' (test_run_record)
 
 
 @pytest.mark.slow
@@ -315,3 +319,49 @@ def test_usage_errors():
                     ("nondist_run.sh", 3)):
         proc = subprocess.run([_script(name)], capture_output=True, text=True)
         assert proc.returncode == 2 and "usage" in proc.stderr, name
+
+
+def _assert_one_user_error(rc, out, warnings=1):
+    """A launch of the paper config without its data and models ended: exit code 2, the message once, the
+    config's warning ``warnings`` times (once: rank 0's), nothing of torchrun's (traceback, failure lines,
+    thread banner) or of the other rank."""
+    assert rc == 2, out[-3000:]
+    assert [line for line in out.splitlines() if line.startswith("error:")] == [
+        "error: the config names inputs that are not on this machine:"], out
+    assert out.count("  DATASET.DATASET_PATH: data folder './data/vcr'") == 1, out
+    assert out.count("GPUS = '0,1,2,3': devices come from the launcher") == warnings, out
+    for noise in ("Traceback", "ChildFailedError", "exitcode", "closing signal", "OMP_NUM_THREADS"):
+        assert noise not in out, (noise, out)
+
+
+def test_user_mistake_through_dist_run_single_is_one_error(tmp_path):
+    """The README's command on a machine without the VCR data: dist_run_single.sh, 2 ranks (each finds the
+    inputs missing)."""
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)  # torchrun's banner about it stays away too
+    proc = subprocess.run([_script("dist_run_single.sh"), "2", ENTRY, CFG, str(tmp_path / "m")], cwd=str(tmp_path),
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    _assert_one_user_error(proc.returncode, proc.stdout)
+
+
+def test_user_mistake_through_dist_run_slurm_is_one_error(tmp_path):
+    """The same through dist_run_slurm.sh: 2 tasks on the fake srun."""
+    env = dict(os.environ, PATH="{}:{}".format(harness.fake_slurm(tmp_path), os.environ["PATH"]),
+               MASTER_PORT=str(free_port()))
+    proc = subprocess.run([_script("dist_run_slurm.sh"), "part", "job", ENTRY, CFG, str(tmp_path / "w"), "2"],
+                          cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=300)
+    _assert_one_user_error(proc.returncode, proc.stdout)
+    assert os.listdir(tmp_path / "w") == []  # the launcher's folders of exit codes and errors are gone
+
+
+@pytest.mark.slow
+def test_user_mistake_through_dist_run_multi_is_one_error_per_node(tmp_path):
+    env = dict(os.environ, MASTER_PORT=str(free_port()), **LAUNCH_ENV)
+    procs = [subprocess.Popen([_script("dist_run_multi.sh"), "2", str(node), "127.0.0.1", "1", ENTRY, CFG,
+                               str(tmp_path / "m")], cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+             for node in (0, 1)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    for node, (proc, out) in enumerate(zip(procs, outs)):  # each node says its ranks' message once
+        _assert_one_user_error(proc.returncode, out, warnings=1 if node == 0 else 0)

@@ -132,3 +132,23 @@ def test_the_whole_chain_from_photos_to_predictions(tmp_path):
         assert record["regions"][1] - record["regions"][0] == features["num_boxes"] + 1  # + the whole image
         assert glob.glob(os.path.join(attention, "maps", photo, "*.png"))
     assert "attention maps of {} item(s); 0 skipped".format(len(photo_ids)) in result.stdout
+
+
+def test_a_folder_of_other_photos_is_refused_before_any_work(tmp_path):
+    """demo/run_demo_own_images.sh into an OUT written for other photos and questions (the example's, here):
+    one error naming the folder and the OUT to give, exit code 2, nothing written (the other run's
+    checkpoint would not fit: another answer vocabulary)."""
+    photos, qa = tmp_path / "photos", tmp_path / "qa.json"  # never read: the refusal comes first
+    photos.mkdir()
+    qa.write_text("[]")
+    out = tmp_path / "own"
+    out.mkdir()
+    inputs = "{}\n{}\n".format(out / "example" / "photos", out / "example" / "qa.json")
+    (out / ".inputs").write_text(inputs)
+    result = subprocess.run(["bash", os.path.join(ROOT, "demo", "run_demo_own_images.sh"), str(photos), str(qa)],
+                            env=dict(os.environ, OUT=str(out)), cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr == ("error: OUT '{0}' holds the data and run of other photos and questions ({0}/example/photos "
+                             "{0}/example/qa.json): move that folder away, or give this data set its own, e.g. "
+                             "OUT={0}_2\n".format(out))
+    assert os.listdir(out) == [".inputs"] and (out / ".inputs").read_text() == inputs

@@ -81,7 +81,7 @@ def test_run_json_written_resumed_and_tabled(tmp_path, capsys):
     else:
         assert record["git"] == {"commit": None, "dirty": None, "diff_sha256": None}
     assert record["env"]["torch"] == __import__("torch").__version__ and record["env"]["devices"]["count"] == 1
-    assert (record["world_size"], record["strategy"], record["seeds"]) == (1, "ddp", {"RNG_SEED": 7, "per_rank": [7]})
+    assert (record["world_size"], record["strategy"], record["seeds"]) == (1, "single", {"RNG_SEED": 7, "per_rank": [7]})
     assert record["config_sha256"] == _sha256(os.path.join(folder, "config.yaml"))
     (data,) = record["data"]  # the tiny task's data folder holds its config file only
     assert data["path"] == cfg and data["size"] == os.path.getsize(cfg) and data["sha256"] == _sha256(cfg)

@@ -98,9 +98,16 @@ def _all_keys(node, prefix=""):
 
 
 def _unknown_key(root, root_prefix, source, lines, key):
-    candidates = list(_all_keys(root, root_prefix))
-    match = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
-    hint = "; did you mean {}?".format(match[0]) if match else ""
+    """The ConfigError of an unknown ``key``, with the closest valid key: a near name in the same section
+    (case ignored), else the same name in another section. The key's own sections are never offered
+    (``DATASET.NOPE`` is no typo of ``DATASET``)."""
+    parent, _, name = key.rpartition(".")
+    candidates = [c for c in _all_keys(root, root_prefix) if not key.startswith(c + ".")]
+    siblings = {c.rpartition(".")[2].upper(): c for c in candidates if c.rpartition(".")[0] == parent}
+    match = difflib.get_close_matches(name.upper(), list(siblings), n=1, cutoff=0.6)
+    suggestion = siblings[match[0]] if match else next(
+        (c for c in candidates if c.rpartition(".")[2].upper() == name.upper()), None)
+    hint = "; did you mean {}?".format(suggestion) if suggestion else ""
     return ConfigError("{}: {}: no such key{}".format(_where(source, lines, key), key, hint))
 
 

@@ -11,7 +11,8 @@ class RunSummary(HookBase):
     (inf/nan gradients); final loss scale S; T s per optimizer step (K steps in W s of training in
     this run)``. N and M count the whole run (resumes included); K and W are the step record's
     (:mod:`common.events`) tried optimizer steps and training seconds since this run started
-    (validation excluded), T their ratio."""
+    (validation excluded), T their ratio. A run that resumed with nothing left to train (a rerun of a
+    finished one) ends the line with ``no optimizer step in this run (nothing was left to train)``."""
 
     def __init__(self):
         self.mark = None
@@ -23,8 +24,10 @@ class RunSummary(HookBase):
         if not ctx.is_main:
             return
         state, run = ctx.state, ctx.record.since(self.mark)
-        per_step = run.seconds / run.tried_steps if run.tried_steps else float("nan")
+        if run.tried_steps:
+            speed = "{:.4f} s per optimizer step ({} steps in {:.1f} s of training in this run)".format(
+                run.seconds / run.tried_steps, run.tried_steps, run.seconds)
+        else:
+            speed = "no optimizer step in this run (nothing was left to train)"
         logger.info("Training summary: %d optimizer steps applied, %d skipped (inf/nan gradients); final loss "
-                    "scale %g; %.4f s per optimizer step (%d steps in %.1f s of training in this run)",
-                    state["global_step"], state["skipped_steps"], ctx.scaler.scale, per_step, run.tried_steps,
-                    run.seconds)
+                    "scale %g; %s", state["global_step"], state["skipped_steps"], ctx.scaler.scale, speed)

@@ -4,7 +4,9 @@ run stops with one error and leaves every file as it was."""
 import os
 import re
 
-from tests.faults import harness
+import torch
+
+from tests.faults import harness, tiny_task
 
 
 def file_bytes(folder):
@@ -46,4 +48,27 @@ def test_no_readable_checkpoint_stops_without_overwriting(tiny_cfg, tmp_path, ca
     assert err == ("error: none of the 3 checkpoints of this run in {} can be read (tiny-0000.model, "
                    "tiny-0000-b0000016.model, tiny-0000-b0000012.model); nothing was overwritten: restore a good "
                    "copy, or move them away to train from scratch\n".format(os.path.abspath(folder)))
+    assert file_bytes(folder) == before
+
+
+def test_another_models_run_folder_is_refused_naming_the_folder(tiny_cfg, tmp_path, monkeypatch, capsys):
+    """TRAIN.AUTO_RESUME in the folder of a run of another model (here 3 classes instead of 2, as another data
+    set's answer vocabulary gives): one error with the mismatches, naming the folder to move, files untouched."""
+    folder = harness.out_dir(tmp_path)
+    assert harness.run_here(tiny_cfg, tmp_path, opts=["TRAIN.END_EPOCH", 1]) == 0
+    before = file_bytes(folder)
+    real_init = tiny_task.TinyNet.__init__
+
+    def three_classes(self, config):
+        real_init(self, config)
+        self.mlp[3] = torch.nn.Linear(512, 3)
+    monkeypatch.setattr(tiny_task.TinyNet, "__init__", three_classes)
+    capsys.readouterr()
+
+    assert harness.run_here(tiny_cfg, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: {} does not fit the model:\n".format(os.path.join(folder, "tiny-0000.model"))), err
+    assert "  shape mismatches: ['mlp.3.weight: (2, 512) in checkpoint, (3, 512) in model'" in err
+    assert err.endswith("\nThe run folder {} holds a run of another model (another config or data set): move it "
+                        "away, or give this run its own folder (--model-dir, OUTPUT_PATH)\n".format(folder)), err
     assert file_bytes(folder) == before

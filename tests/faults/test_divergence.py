@@ -31,7 +31,9 @@ def test_nan_loss_stops_run_and_leaves_last_finite_weights(tiny_cfg, tmp_path, m
     assert re.search(r"error: training diverged: 3 optimizer steps in a row were skipped for inf/nan gradients "
                      r"\(epoch 0, batch 13; step 7, 4 applied\); the last finite loss was [0-9.e+-]+, at optimizer "
                      r"step 4; loss scale 8192\. The checkpoints written so far are intact\. Try a lower TRAIN\.LR, "
-                     r"TRAIN\.FP16_DTYPE bfloat16 .* or TRAIN\.CLIP_GRAD_NORM", errors[0]), errors[0]
+                     r"TRAIN\.FP16_DTYPE bfloat16 \(fp32's range\) or a lower TRAIN\.CLIP_GRAD_NORM \(now 10\), and check "
+                     r"the data",
+                     errors[0]), errors[0]  # the config clips at 10 already: a lower value, not "e.g. 1.0"
     log = "".join(open(p).read() for p in glob.glob(os.path.join(folder, "*.log")))
     assert errors[0].split("error: ", 1)[1] in log
     last_good = harness.training_state(os.path.join(folder, "tiny-0000-b0000008.model"))
@@ -47,3 +49,15 @@ def test_nan_loss_stops_run_and_leaves_last_finite_weights(tiny_cfg, tmp_path, m
     for name, value in model.state_dict().items():
         assert torch.isfinite(value).all(), name
         assert torch.equal(value, last_good["state_dict"][name]), name
+
+
+def test_divergence_advice_fits_the_config(tiny_cfg, tmp_path, monkeypatch, capsys):
+    """fp32 without clipping: neither bfloat16 nor a lower clipping norm is offered, clipping is. The NaN losses
+    logged to TensorBoard print nothing."""
+    code = harness.run_here(tiny_cfg, tmp_path, monkeypatch, faults={"FAULT_NAN_FROM_BATCH": 1},
+                            opts=["TRAIN.MAX_CONSECUTIVE_SKIPS", 2, "TRAIN.FP16", False, "TRAIN.CLIP_GRAD_NORM", 0])
+    assert code == DIVERGED_EXIT_CODE
+    out, err = capsys.readouterr()
+    (error,) = [line for line in (out + err).splitlines() if "error:" in line]
+    assert "Try a lower TRAIN.LR or TRAIN.CLIP_GRAD_NORM (e.g. 1.0), and check the data;" in error, error
+    assert "NaN or Inf" not in out + err  # tensorboardX's bare line for each non-finite value it writes

@@ -24,3 +24,17 @@ def test_log_line_and_tensorboard_share_the_unit_and_the_speed(tiny_cfg, tmp_pat
     for x, value in speeds.items():
         # the event file holds a float32, the line the float64 to 2 decimals: equal to within both roundings
         assert abs(value - logged[x]) <= 0.005 + abs(logged[x]) * 2 ** -23, x
+
+
+def test_rerun_of_a_finished_run_says_it_trained_nothing(tiny_cfg, tmp_path):
+    """Run again, a finished run resumes at its end (TRAIN.AUTO_RESUME): its summary says that no step was
+    trained, instead of 'nan s per optimizer step (0 steps in 0.0 s ...)'."""
+    opts = ["TRAIN.END_EPOCH", 1]
+    assert harness.run_here(tiny_cfg, tmp_path, opts=opts) == 0
+    assert harness.run_here(tiny_cfg, tmp_path, opts=opts) == 0
+    summaries = re.findall(r"Training summary: (.*)", log_text_in(harness.out_dir(tmp_path)))
+    assert len(summaries) == 2, summaries
+    assert re.fullmatch(r"8 optimizer steps applied, 0 skipped \(inf/nan gradients\); final loss scale \d+; "
+                        r"[0-9.]+ s per optimizer step \(8 steps in [0-9.]+ s of training in this run\)", summaries[0])
+    assert re.fullmatch(r"8 optimizer steps applied, 0 skipped \(inf/nan gradients\); final loss scale \d+; "
+                        r"no optimizer step in this run \(nothing was left to train\)", summaries[1]), summaries[1]
