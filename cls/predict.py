@@ -2,7 +2,9 @@
 import torch
 
 from common.errors import UserInputError
-from common.predict import RUN_INFO, TaskPredictor, read_run_info, top_predictions
+from common.checkpoint.run_files import RUN_INFO, read_run_info
+from common.inference.inputs import top_predictions
+from common.inference.predictor import TaskPredictor
 from cls.data.augment import build_augment
 from cls.data.datasets import ClassificationDataset
 

@@ -9,9 +9,9 @@ import sys
 import time
 
 from common.config import ConfigError, dump_config
-from common.distributed import add_launcher_args
-from common.errors import UserInputError
-from common.logs import setup_run_logging, start_logging
+from common.runtime.distributed import add_launcher_args
+from common.errors import CheckpointError, UserInputError
+from common.runtime.logs import setup_run_logging, start_logging
 
 
 def train_argument_parser(description):
@@ -65,11 +65,9 @@ def config_from_args(args, task):
 
 
 def run_main(main):
-    """Run ``main()`` with the process's logging started (:func:`common.logs.start_logging`); a user
+    """Run ``main()`` with the process's logging started (:func:`common.runtime.logs.start_logging`); a user
     mistake (bad config, missing data, model or checkpoint file) ends the process with its message
     (one ``error:`` line per mistake when it lists several) and exit code 2 instead of a traceback."""
-    from common.checkpoint import CheckpointError  # imported late: it pulls in the trainer
-
     start_logging()
     try:
         return main()
@@ -95,7 +93,7 @@ def setup_output(cfg, cfg_path, rank=0):
     """Create the training output folder, the run's logging, and write the effective config there.
 
     Only rank 0 writes files: the log ``<cfg name>_<date>.log`` (every line the run logs or warns,
-    see :mod:`common.logs`) and ``config.yaml``; other ranks log warnings and errors to stdout.
+    see :mod:`common.runtime.logs`) and ``config.yaml``; other ranks log warnings and errors to stdout.
 
     Returns:
         (str, logging.Logger): the output folder

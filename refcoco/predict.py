@@ -9,7 +9,7 @@ import torch
 
 from common.data.transforms import build_transforms
 from common.data.tokenizer import build_tokenizer
-from common.predict import TaskPredictor
+from common.inference.predictor import TaskPredictor
 from refcoco.data.refcoco import RefCOCO, RefCOCOItems
 
 

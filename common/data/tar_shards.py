@@ -36,7 +36,7 @@ import tarfile
 import numpy as np
 from webdataset.shardlists import expand_urls
 
-from common import safe_write
+from common.fileio import safe_write
 from common.errors import UserInputError
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """``run.json``: what produced a run folder (code, environment, config, data) and what each epoch gave.
 
-Written atomically (:func:`common.safe_write.atomic_write`) by rank 0 when training starts and after every
+Written atomically (:func:`common.fileio.safe_write.atomic_write`) by rank 0 when training starts and after every
 epoch (with its validation), by the :class:`RunRecord` hook. Keys::
 
     command        the process's command line
@@ -35,7 +35,7 @@ from typing import Optional
 import torch
 
 from common.hooks.base import HookBase
-from common.safe_write import atomic_write
+from common.fileio.safe_write import atomic_write
 
 FILE = "run.json"
 HASH_LIMIT = 100 * 2 ** 20  # bytes: larger files get size and mtime only
