@@ -1,4 +1,4 @@
-"""Cost of the non-finite probe (common/diagnostics/nonfinite.py) while every value is finite: step time with it on / off.
+"""Cost of the non-finite probe (common/diagnostics/nonfinite.py) while every value is finite: step time, on / off.
 
 While all is finite the probe only keeps a reference to each micro-batch of the accumulation group and the RNG
 state before its forward; no hook is registered. Runs alternate (off, on, off, ...) on the same model and data

@@ -271,9 +271,9 @@ class Path:
 
     def __init__(self, impl, task, cfg, args, device):
         cfg = path_cfg(cfg, impl)
-        from common.engine import build_model, build_precision
-        from common.diagnostics.flops import dense_weight_count
         from common.compile import compile_forward
+        from common.diagnostics.flops import dense_weight_count
+        from common.engine import build_model, build_precision
         from common.optim import BertAdamW, build_optimizer
 
         torch.manual_seed(0)  # both paths start from the same weights

@@ -36,8 +36,8 @@ from timm.utils import NativeScaler  # noqa: E402
 from bench.optim_state import state_bytes  # noqa: E402
 from bench.throughput import datasheet_peak  # noqa: E402
 from cls.task import TASK  # noqa: E402
-from common.engine import build_model, build_precision  # noqa: E402
 from common.diagnostics.flops import dense_weight_count, encoder_train_flops  # noqa: E402
+from common.engine import build_model, build_precision  # noqa: E402
 from common.optim import build_optimizer  # noqa: E402
 from common.trainer import Trainer  # noqa: E402
 

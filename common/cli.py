@@ -9,8 +9,8 @@ import sys
 import time
 
 from common.config import ConfigError, dump_config
-from common.runtime.distributed import add_launcher_args
 from common.errors import CheckpointError, UserInputError
+from common.runtime.distributed import add_launcher_args
 from common.runtime.logs import setup_run_logging, start_logging
 
 

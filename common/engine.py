@@ -18,16 +18,18 @@ import torch
 from tensorboardX import SummaryWriter
 
 from common import amp
-from common.runtime import distributed as cdist
 from common.checkpoint.checkpointer import Checkpointer, load_checkpoint_file, load_model_state_dict
+from common.checkpoint.handoff import read_handoff
+from common.checkpoint.partial_pretrain import load_partial_pretrain
+from common.checkpoint.run_files import write_run_info
 from common.cli import config_from_args, setup_output, train_argument_parser, train_output_folder
 from common.compile import compile_forward
 from common.config.handoff_folder import is_handoff
 from common.data.build import make_dataloader
 from common.data.multitask import MultiTaskDataLoader, MultiTaskEvalLoader, dataset_configs
-from common.inference.evaluation import MetricEvaluator, inference_on_dataset
-from common.checkpoint.handoff import read_handoff
-from common.checkpoint.run_files import write_run_info
+from common.diagnostics.nonfinite import NonFiniteProbe
+from common.diagnostics.profiling import DataWaitWarning, StepProfiler
+from common.diagnostics.run_record import RunRecord
 from common.hooks.checkpoint import PreemptionCheckpoint, checkpoint_hooks
 from common.hooks.early_stopping import EarlyStopping
 from common.hooks.ema import ModelEma
@@ -36,14 +38,12 @@ from common.hooks.speedometer import Speedometer
 from common.hooks.summary import RunSummary
 from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
+from common.inference.evaluation import MetricEvaluator, inference_on_dataset
 from common.lr_scheduler import build_lr_scheduler, resume_lr_scheduler, updates_per_epoch
 from common.modeling.module import checkpoint_sets_weights, held_random_init_warnings, warn_random_init
-from common.diagnostics.nonfinite import NonFiniteProbe
 from common.optim import build_optimizer
 from common.parallel.fsdp import shard_model
-from common.checkpoint.partial_pretrain import load_partial_pretrain
-from common.diagnostics.profiling import DataWaitWarning, StepProfiler
-from common.diagnostics.run_record import RunRecord
+from common.runtime import distributed as cdist
 from common.runtime.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
 from common.trainer import DIVERGED_EXIT_CODE, Trainer, TrainingDivergedError
 
@@ -80,7 +80,7 @@ def build_model(task, cfg, device=None):
     Warns (:class:`common.modeling.module.RandomInitWarning`) about the parts that keep random weights.
 
     Raises:
-        KeyError: unknown MODULE. common.checkpoint.checkpointer.CheckpointError: a pretrain file that does not fit.
+        KeyError: unknown MODULE. common.errors.CheckpointError: a pretrain file that does not fit.
     """
     with held_random_init_warnings() as held:
         model = task.build_model(cfg)
@@ -121,7 +121,7 @@ def load_for_inference(task, cfg, ckpt_path, device):
 
     Raises:
         common.config.ConfigError: a config value the task refuses (``task.check_config``).
-        common.checkpoint.checkpointer.CheckpointError: the file is not a checkpoint or does not fit the model.
+        common.errors.CheckpointError: the file is not a checkpoint or does not fit the model.
         common.errors.UserInputError: ``task.check_checkpoint`` refuses it (another image encoder).
     """
     task.check_config(cfg)

@@ -97,7 +97,7 @@ class Task:
 
     def partial_pretrain(self, cfg):
         """``(file, prefix changes)`` of a pretraining checkpoint whose matching weights initialise the model
-        (:func:`common.checkpoint.checkpointer.load_partial_pretrain`); None (default): none."""
+        (:func:`common.checkpoint.partial_pretrain.load_partial_pretrain`); None (default): none."""
         return None
 
     def build_dataset(self, cfg, mode):
@@ -176,13 +176,13 @@ class Task:
     def run_info(self, cfg, dataset):
         """What a predictor of this run needs besides the config and the weights, from the training data set
         ``dataset`` (class names, an answer vocabulary): a JSON-able dict, written by training as
-        ``predictor.json`` in the run folder (:func:`common.inference.predictor.write_run_info`). Default: ``{}``."""
+        ``predictor.json`` in the run folder (:func:`common.checkpoint.run_files.write_run_info`). Default: ``{}``."""
         return {}
 
     def predictor(self, cfg, ckpt, ckpt_path, device, feature_weights=None, box_source=None):
-        """The task's :class:`common.inference.predictor.TaskPredictor` (``<task>/predict.py``) for the checkpoint dict ``ckpt``
-        read from the file ``ckpt_path`` (its run folder holds the :meth:`run_info`); see
-        :meth:`common.inference.predictor.Predictor.from_checkpoint` for the other arguments.
+        """The task's :class:`common.inference.predictor.TaskPredictor` (``<task>/predict.py``) for the checkpoint dict
+        ``ckpt`` read from the file ``ckpt_path`` (its run folder holds the :meth:`run_info`); see
+        :meth:`common.inference.Predictor.from_checkpoint` for the other arguments.
 
         Raises:
             common.errors.UserInputError: the task has no predictor, or the run's files do not suit the config.
@@ -205,8 +205,8 @@ class Task:
         raise ExportRefused(self.name, self.onnx_refusal or "it declares no ONNX graph (Task.onnx_graph)")
 
     def handoff_files(self, cfg):
-        """Files that a hand-off folder (:mod:`common.checkpoint.handoff`) copies besides the weights, ``config.yaml`` and the
-        run's predictor files, so that it is read without the training data: ``{file name: (dotted config key
+        """Files that a hand-off folder (:mod:`common.checkpoint.handoff`) copies besides the weights, ``config.yaml``
+        and the run's predictor files, so that it is read without the training data: ``{file name: (dotted config key
         that names the file, text)}``; reading the folder points each key at its copy. Default: none."""
         return {}
 

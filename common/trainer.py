@@ -47,13 +47,13 @@ import torch
 from tqdm import tqdm
 
 from common.amp import LossScaler
-from common.data.collate import num_samples, to_device
-from common.runtime.distributed import get_world_size
-from common.errors import UserInputError
-from common.runtime.logs import get_logger
-from common.diagnostics.nonfinite import NonFiniteProbe, should_diagnose
-from common.hooks.base import HookBase, TrainContext
 from common.checkpoint.train_state import check_train_state, new_train_state, tried_steps
+from common.data.collate import num_samples, to_device
+from common.diagnostics.nonfinite import NonFiniteProbe, should_diagnose
+from common.errors import UserInputError
+from common.hooks.base import HookBase, TrainContext
+from common.runtime.distributed import get_world_size
+from common.runtime.logs import get_logger
 
 DEFAULT_MAX_CONSECUTIVE_SKIPS = 100
 

@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from common.runtime import distributed as cdist  # noqa: E402
 from common.cli import run_main, train_argument_parser  # noqa: E402
+from common.runtime import distributed as cdist  # noqa: E402
 
 
 def main():

@@ -12,10 +12,10 @@ import torch.nn as nn
 from common import amp
 from common.checkpoint import checkpointer as ck
 from common.checkpoint import rng
-from common.hooks.base import TrainContext
-from common.hooks.checkpoint import Checkpoint, StepCheckpoint, checkpoint_hooks
 from common.checkpoint.partial_pretrain import load_partial_pretrain
 from common.checkpoint.train_state import check_train_state, new_train_state
+from common.hooks.base import TrainContext
+from common.hooks.checkpoint import Checkpoint, StepCheckpoint, checkpoint_hooks
 from vcr.modules.resnet_vlbert_for_vcr import pretrain_renames
 
 

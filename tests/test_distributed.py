@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from common.runtime import distributed as cdist
 from common.data.samplers import DistributedSampler, InferenceSampler
+from common.runtime import distributed as cdist
 from tests.faults import harness
 from tests.tiny_vcr import ACCUMULATION_OPTS, CFG, ENTRY, LAUNCH_ENV, ROOT, checkpoint
 

@@ -3,10 +3,10 @@ import logging
 
 import torch
 
-from common.step_record import PHASES, StepRecord
+from common.checkpoint.train_state import new_train_state
 from common.hooks.base import HookBase
 from common.hooks.summary import RunSummary
-from common.checkpoint.train_state import new_train_state
+from common.step_record import PHASES, StepRecord
 from common.trainer import Trainer
 from tests.test_trainer import Toy, _batches
 

@@ -1,5 +1,5 @@
-"""The predictor (common/inference/predictor.py) and tools/predict.py on tiny trained checkpoints: a prediction equals what
-the task's test.py / val.py computes for the same item of a tiny data set, batching changes nothing, bad inputs
+"""The predictor (common/inference/predictor.py) and tools/predict.py on tiny trained checkpoints: a prediction equals
+what the task's test.py / val.py computes for the same item of a tiny data set, batching changes nothing, bad inputs
 give one clear UserInputError (the script: an ``error:`` line, exit 2)."""
 import json
 import os
@@ -10,8 +10,8 @@ import torch
 from common.data.build import make_dataloader
 from common.engine import load_for_inference
 from common.errors import UserInputError
-from common.inference.evaluation import inference_on_dataset
 from common.inference import Predictor
+from common.inference.evaluation import inference_on_dataset
 from tests import tiny_vqa
 from tests.conftest import ROOT
 from tests.evaluators import OutputRows
@@ -204,8 +204,8 @@ def test_a_sharded_checkpoint_folder_reads_the_run_folder_beside_it(cls_run, tmp
 
     from cls.data.datasets import CIFAR10
     from common.checkpoint.checkpointer import load_checkpoint_file
-    from common.checkpoint.sharded import save_sharded_checkpoint
     from common.checkpoint.run_files import RUN_INFO
+    from common.checkpoint.sharded import save_sharded_checkpoint
 
     run = tmp_path / "run"
     run.mkdir()

@@ -12,9 +12,9 @@ import torch
 from yacs.config import CfgNode
 
 from common.checkpoint import checkpointer as ck
-from common.fileio import safe_write
 from common.config import dump_config
 from common.errors import UserInputError
+from common.fileio import safe_write
 from common.fileio.safe_write import OutputWriteError, atomic_write
 
 

@@ -124,7 +124,7 @@ def tensorboard_scalars_in(output):
 
 
 def predictor_inputs(data, split="test"):
-    """The items of ``<data>/<split>.jsonl`` (VCR layout) as :class:`common.inference.predictor.Predictor` inputs (image path,
+    """The items of ``<data>/<split>.jsonl`` (VCR layout) as :class:`common.inference.Predictor` inputs (image path,
     question, answers, rationales, boxes, objects, segms). Returns (annotations, inputs)."""
     with open(os.path.join(data, split + ".jsonl")) as f:
         anns = [json.loads(line) for line in f if line.strip()]

@@ -10,11 +10,11 @@ import re
 import numpy as np
 import torch
 
+from common.checkpoint.run_files import read_run_info
 from common.data.region_features import RegionFeatures
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import build_transforms
 from common.errors import UserInputError
-from common.checkpoint.run_files import read_run_info
 from common.inference.inputs import top_predictions
 from common.inference.predictor import TaskPredictor, load_feature_extractor, recorded_box_source
 from common.modeling.region_extractor import extract_regions

@@ -4,8 +4,8 @@ The data set (``cls.data``), the model (``cls.modules``) and the metrics (``cls.
 ``KEY_STATUS`` says what each key does here (see :mod:`common.config.keys`).
 """
 from common.config import common_defaults, task_rules
-from common.config.values import PROBABILITY, Rule, int_at_least, number_at_least
 from common.config.keys import DONE, key_checker, refused, task_key_status, warned
+from common.config.values import PROBABILITY, Rule, int_at_least, number_at_least
 
 
 def cls_defaults():

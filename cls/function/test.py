@@ -4,9 +4,9 @@ import csv
 import io
 import os
 
-from common.runtime import distributed as cdist
-from common.inference.evaluation import IndexedPredictions
 from common.fileio.safe_write import atomic_write
+from common.inference.evaluation import IndexedPredictions
+from common.runtime import distributed as cdist
 
 
 class PredictionsCSV(IndexedPredictions):

@@ -1,4 +1,5 @@
-"""Checkpoints: atomic saving, safe loading and exact resume (partial pretrain loading: common.checkpoint.partial_pretrain).
+"""Checkpoints: atomic saving, safe loading and exact resume (partial pretrain loading:
+common.checkpoint.partial_pretrain).
 
 File layout (the reference release's, plus mid-epoch files of our own)::
 
@@ -27,14 +28,14 @@ import torch
 import yaml
 from torch.distributed.checkpoint import CheckpointException
 
-from common.runtime import distributed as cdist
-from common.parallel.fsdp import gather_full, is_sharded, shard_like, shard_optimizer_state
-from common.checkpoint.sharded import is_sharded_checkpoint, read_sharded_checkpoint, save_sharded_checkpoint
 from common.checkpoint.rng import rng_state, set_rng_state
+from common.checkpoint.sharded import is_sharded_checkpoint, read_sharded_checkpoint, save_sharded_checkpoint
+from common.checkpoint.train_state import check_train_state, new_train_state
 from common.errors import CheckpointError
 from common.fileio.safe_load import UnreadableFileError, load_tensors
 from common.fileio.safe_write import OutputWriteError, atomic_write
-from common.checkpoint.train_state import check_train_state, new_train_state
+from common.parallel.fsdp import gather_full, is_sharded, shard_like, shard_optimizer_state
+from common.runtime import distributed as cdist
 
 logger = logging.getLogger("vlbert.checkpoint")  # a child of the training logger (common.cli)
 

@@ -12,9 +12,9 @@ Layout (Hugging Face's convention of one folder per model, ``model.safetensors``
     predictor.json ...  the files of the checkpoint's run folder that the predictor reads (class names, answers)
     answers.txt, ...    the task's copies of files its config names (:meth:`common.task.Task.handoff_files`)
     feature_extractor.json, image_encoder.*   the image encoder of a model trained on precomputed region features
-                        and its box source (:func:`common.inference.predictor.write_feature_handoff`)
+                        and its box source (:func:`common.checkpoint.features.write_feature_handoff`)
 
-``common.engine.load_for_inference`` (``val.py``, ``test.py``) and ``common.inference.predictor.Predictor.from_checkpoint``
+``common.engine.load_for_inference`` (``val.py``, ``test.py``) and ``common.inference.Predictor.from_checkpoint``
 take such a folder wherever they take a checkpoint file; :meth:`common.task.Task.load_config` reads its
 ``config.yaml`` with the copied files' keys pointing at the copies
 (:func:`common.config.handoff_folder.handoff_opts`).

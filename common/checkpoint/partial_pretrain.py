@@ -149,7 +149,7 @@ def load_vlbert_backbone(model, path, prefix_changes=()):
         UserInputError: the file has no VL-BERT weights; or its VL-BERT differs from the config's (model keys it
             lacks, or keys the model lacks: another depth, ``word_embedding_frozen``, ``visual_size``, ...), named
             with the file.
-        common.checkpoint.checkpointer.CheckpointError: unreadable file, or a key of another shape (names both shapes).
+        common.errors.CheckpointError: unreadable file, or a key of another shape (names both shapes).
     """
     report = load_partial_pretrain(model, path, tuple(prefix_changes) + BACKBONE_PREFIX_CHANGES)
     wanted = [k for k in model.state_dict() if _is_backbone(k)]

@@ -14,9 +14,9 @@ a cheaper read of the item than ``__getitem__`` that raises the same errors (VCR
 import torch
 from torch.utils.data import DataLoader
 
+from common.registry import Registry
 from common.runtime.logs import get_logger
 from common.runtime.preemption import worker_ignore_stop_signals
-from common.registry import Registry
 
 from .collate import BatchCollator, canvas_scales
 from .samplers import make_batch_sampler

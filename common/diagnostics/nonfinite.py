@@ -15,7 +15,8 @@ floor), each micro-batch of the group is replayed on the same weights with the s
 Buffers (BatchNorm statistics), the RNG state and the gradients are put back afterwards, so a run that goes
 on (fp32 / bf16 after one skipped step) is not changed by the replay. The batch, the RNG state, the weights
 and the finding are written to ``nonfinite-step{N}.pt`` in the run folder (readable by
-``common.fileio.safe_load.load_tensors``); ``python tools/replay_step.py FILE`` replays it in a fresh process (:func:`replay_file`).
+``common.fileio.safe_load.load_tensors``); ``python tools/replay_step.py FILE`` replays it in a fresh process
+(:func:`replay_file`).
 """
 import math
 import os

@@ -15,9 +15,9 @@ import os
 
 import torch
 
-from common.step_record import LogWindow
 from common.hooks.base import HookBase
 from common.runtime.logs import get_logger
+from common.step_record import LogWindow
 
 logger = get_logger(__name__)
 

@@ -34,13 +34,13 @@ from typing import Optional
 
 import torch
 
-from common.hooks.base import HookBase
 from common.fileio.safe_write import atomic_write
+from common.hooks.base import HookBase
 
 FILE = "run.json"
 HASH_LIMIT = 100 * 2 ** 20  # bytes: larger files get size and mtime only
 MAX_FOLDER_FILES = 200  # a subfolder with more files (images, per-image features) is one entry
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEADER = ("command", "git", "env", "world_size", "strategy", "config_file", "config_sha256", "seeds",
           "host_metric", "data", "started")
 

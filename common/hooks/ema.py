@@ -2,8 +2,8 @@
 as its own weights."""
 import os
 
-from common.runtime import distributed as cdist
 from common.checkpoint.checkpointer import load_model_state_dict, model_state_fp32, unwrap_model, write_checkpoint_file
+from common.runtime import distributed as cdist
 from common.runtime.logs import get_logger
 
 from .base import HookBase

@@ -1,6 +1,6 @@
 """Speedometer hook: the reference's progress line every ``frequent`` micro-batches."""
-from common.step_record import LogWindow
 from common.runtime.logs import get_logger
+from common.step_record import LogWindow
 
 from .base import HookBase
 

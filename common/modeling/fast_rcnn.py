@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.ops import roi_align
 
+from common.fileio.safe_load import load_tensors
 from common.modeling.backbone import build_resnet, freeze_stages, load_resnet_weights, resnet_channels
 from common.modeling.module import RandomInitWarning
-from common.fileio.safe_load import load_tensors
 
 __all__ = ["FastRCNN", "RoIEncoder", "coordinate_embeddings", "clip_boxes"]
 

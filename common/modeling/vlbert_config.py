@@ -9,8 +9,8 @@ task's ``function/config.py``, so its YAML files load unchanged. Next to the key
 """
 from yacs.config import CfgNode
 
-from common.config.values import PROBABILITY, int_at_least, number_at_least, one_of, Rule
 from common.config.keys import DONE, refused, refused_if, warned
+from common.config.values import PROBABILITY, int_at_least, number_at_least, one_of, Rule
 
 
 def add_vlbert_config(_C):

@@ -5,10 +5,10 @@ from collections import OrderedDict
 
 import torch
 
-from common.runtime import distributed as cdist
 from common.engine import build_loader, inference_device, load_for_inference
-from common.inference.evaluation import IndexedPredictions, inference_on_dataset
 from common.fileio.safe_write import atomic_write
+from common.inference.evaluation import IndexedPredictions, inference_on_dataset
+from common.runtime import distributed as cdist
 from refcoco.metrics import grounding_correct
 
 

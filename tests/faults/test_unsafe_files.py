@@ -11,11 +11,11 @@ import torch
 from yacs.config import CfgNode
 
 from common.checkpoint import checkpointer as ck
+from common.checkpoint.partial_pretrain import load_partial_pretrain
 from common.engine import load_for_inference
+from common.fileio.safe_load import UnreadableFileError, load_pickle, load_tensors
 from common.modeling.fast_rcnn import FastRCNN
 from common.modeling.nlp.bert_loading import language_pretrained_weights, read_bert_weights
-from common.checkpoint.partial_pretrain import load_partial_pretrain
-from common.fileio.safe_load import UnreadableFileError, load_pickle, load_tensors
 from tests.conftest import ROOT
 from tests import tiny_vcr as tiny_vcr_cfg
 from tests.faults import harness, tiny_task
@@ -184,8 +184,8 @@ def test_no_bare_unpickling_outside_safe_load():
         for folder, _, files in os.walk(os.path.join(ROOT, top)):
             for name in files:
                 path = os.path.join(folder, name)
-                if not name.endswith((".py", ".sh")) or os.path.relpath(path, ROOT) == os.path.join("common",
-                                                                                                    "safe_load.py"):
+                if not name.endswith((".py", ".sh")) or os.path.relpath(path, ROOT) == os.path.join(
+                        "common", "fileio", "safe_load.py"):
                     continue
                 with open(path, encoding="utf-8") as f:
                     for number, line in enumerate(f, 1):

@@ -3,9 +3,9 @@ through the one inference loop (:func:`common.inference.evaluation.inference_on_
 import torch
 import torch.nn.functional as F
 
-from common.runtime import distributed as cdist
 from common.engine import build_loader, inference_device, load_for_inference
 from common.inference.evaluation import LABEL, IndexedPredictions, inference_on_dataset
+from common.runtime import distributed as cdist
 from vcr.function.result_csv import write_result_csv
 
 

@@ -194,7 +194,7 @@ def pretrain_renames(parsed, raw, source, segmb_init=False, load_rel_head=False)
     Returns:
         ``parsed`` with the changes above.
     Raises:
-        common.checkpoint.checkpointer.CheckpointError: ``segmb_init`` but no token-type embeddings after renaming.
+        common.errors.CheckpointError: ``segmb_init`` but no token-type embeddings after renaming.
     """
     if load_rel_head and REL_HEAD + ".weight" in raw:
         for suffix in (".weight", ".bias"):

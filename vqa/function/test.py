@@ -4,9 +4,9 @@ for the official evaluation of ``vqa/val.py``; both run through the one inferenc
 import json
 import os
 
-from common.runtime import distributed as cdist
-from common.inference.evaluation import IndexedPredictions
 from common.fileio.safe_write import atomic_write
+from common.inference.evaluation import IndexedPredictions
+from common.runtime import distributed as cdist
 
 
 class Answers(IndexedPredictions):
