@@ -43,7 +43,6 @@ import time
 from contextlib import nullcontext
 from typing import Callable, Optional, Sequence
 
-import torch
 from tqdm import tqdm
 
 from common.amp import LossScaler

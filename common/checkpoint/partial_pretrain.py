@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import List
 
 from common.checkpoint.checkpointer import load_checkpoint_file, match_key
-from common.errors import UserInputError
+from common.errors import CheckpointError, UserInputError
 
 logger = logging.getLogger("vlbert.checkpoint")  # the checkpoint logger: its lines go to the run's log file
 
