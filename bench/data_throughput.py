@@ -12,7 +12,7 @@ demo config's transform, sampler and collate) and reports items/s and MB/s (stor
 items/s; the loader's start, workers included, is timed). Then the demo VCR config trains ``--step-items``
 items through ``vcr/train_end2end.py`` (2 workers) from each storage, the pretraining demo its captions
 (all of them) from folders, LMDB and shards, and the data share of a step is the log's ``Data`` time over
-the sum of its phases (``common.events.PHASES``), as ``bench/vqa_demo.py`` reads it.
+the sum of its phases (``common.step_record.PHASES``), as ``bench/vqa_demo.py`` reads it.
 
 A new storage is one entry of :data:`STORAGES` (name -> a function preparing it and returning its ``DATASET`` keys,
 or None for a data set it cannot hold).

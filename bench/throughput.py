@@ -20,7 +20,7 @@ alone in its own process. Printed per path:
 samples/s, tokens/s (real tokens through the encoder), the split of a micro-batch's time into data /
 forward / backward / optimizer (+ the rest: transfer, metrics, hooks), peak memory (CUDA: max allocated;
 CPU: peak resident set of the process), model FLOPs per sample (encoder ``6 N T + 12 layers H L^2`` on real
-tokens, see ``common/flops.py``; the image encoder's FLOPs per image (ResNet, or ViT with ``--encoder vit``)
+tokens, see ``common/diagnostics/flops.py``; the image encoder's FLOPs per image (ResNet, or ViT with ``--encoder vit``)
 counted by ``torch.utils.flop_counter``) and
 MFU against the peak of a large matmul measured in the same run (and, on CUDA, the GPU's datasheet peak).
 
@@ -271,9 +271,9 @@ class Path:
 
     def __init__(self, impl, task, cfg, args, device):
         cfg = path_cfg(cfg, impl)
-        from common.engine import build_model, build_precision
-        from common.flops import dense_weight_count
         from common.compile import compile_forward
+        from common.diagnostics.flops import dense_weight_count
+        from common.engine import build_model, build_precision
         from common.optim import BertAdamW, build_optimizer
 
         torch.manual_seed(0)  # both paths start from the same weights
@@ -301,7 +301,7 @@ class Path:
         self.wall = 0.0
 
     def resnet_flops(self):
-        from common.trainer import to_device
+        from common.data.collate import to_device
         return resnet_flops_per_image(self.model, to_device(list(self.first()), self.device), self.autocast,
                                       self.device)
 
@@ -326,7 +326,7 @@ class Path:
             self.wall += time.perf_counter() - start
 
     def report(self, resnet_flops, peak):
-        from common.flops import encoder_train_flops
+        from common.diagnostics.flops import encoder_train_flops
         vl, rec = self.cfg.NETWORK.VLBERT, self.recorder
         split = [sum(t[i] for t in rec.timings) for i in range(6)]
         return {"impl": self.impl, "k": self.k, "wall_s": self.wall, "samples": rec.samples,

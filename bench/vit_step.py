@@ -8,7 +8,7 @@ timm's: the forward / backward / step core of timm's ``train.py`` (``train_one_e
 ``NativeScaler`` (fp16) with ``clip_grad`` on the update micro-batch, ``zero_grad`` after it.
 
 Prints per side the median samples/s over the rounds, the ratio ours / timm (goal >= 0.97), the peak device
-memory (CUDA), MFU (model FLOPs 6 N T + 12 L H T^2 per sample, common/flops.py, against the measured
+memory (CUDA), MFU (model FLOPs 6 N T + 12 L H T^2 per sample, common/diagnostics/flops.py, against the measured
 throughput of a square matmul in the same dtype) and the optimizer-state bytes of bf16 vs fp32 moments.
 
     python bench/vit_step.py [--cfg cfgs/cls/vit_base16_cifar100_1x24G_fp16.yaml] [--precision fp32|fp16|bf16]
@@ -36,8 +36,8 @@ from timm.utils import NativeScaler  # noqa: E402
 from bench.optim_state import state_bytes  # noqa: E402
 from bench.throughput import datasheet_peak  # noqa: E402
 from cls.task import TASK  # noqa: E402
+from common.diagnostics.flops import dense_weight_count, encoder_train_flops  # noqa: E402
 from common.engine import build_model, build_precision  # noqa: E402
-from common.flops import dense_weight_count, encoder_train_flops  # noqa: E402
 from common.optim import build_optimizer  # noqa: E402
 from common.trainer import Trainer  # noqa: E402
 

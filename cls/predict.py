@@ -1,8 +1,10 @@
 """The image-classification predictor: an image -> the top classes (names from the run's ``predictor.json``)."""
 import torch
 
+from common.checkpoint.run_files import RUN_INFO, read_run_info
 from common.errors import UserInputError
-from common.predict import RUN_INFO, TaskPredictor, read_run_info, top_predictions
+from common.inference.inputs import top_predictions
+from common.inference.predictor import TaskPredictor
 from cls.data.augment import build_augment
 from cls.data.datasets import ClassificationDataset
 

@@ -8,7 +8,7 @@ import _init_paths  # noqa: F401
 
 from common.cli import eval_argument_parser, run_main
 from common.engine import build_loader, inference_device, load_for_inference
-from common.evaluation import MetricEvaluator, inference_on_dataset
+from common.inference.evaluation import MetricEvaluator, inference_on_dataset
 from cls.task import TASK
 
 

@@ -8,11 +8,11 @@ import os
 import sys
 import time
 
-from common import rank_errors
+from common.runtime import rank_errors
 from common.config import ConfigError, dump_config
-from common.distributed import add_launcher_args
-from common.errors import UserInputError
-from common.logs import setup_run_logging, start_logging
+from common.errors import CheckpointError, UserInputError
+from common.runtime.distributed import add_launcher_args
+from common.runtime.logs import setup_run_logging, start_logging
 
 
 class _TrainArgumentParser(argparse.ArgumentParser):
@@ -74,13 +74,11 @@ def config_from_args(args, task):
 
 
 def run_main(main):
-    """Run ``main()`` with the process's logging started (:func:`common.logs.start_logging`); a user
+    """Run ``main()`` with the process's logging started (:func:`common.runtime.logs.start_logging`); a user
     mistake (bad config, missing data, model or checkpoint file) ends the process with its message
     (one ``error:`` line per mistake when it lists several) and exit code 2 instead of a traceback. Under a
     launcher of ``scripts/`` the lines go to the launcher, which prints them once for all ranks
-    (:mod:`common.rank_errors`)."""
-    from common.checkpoint import CheckpointError  # imported late: it pulls in the trainer
-
+    (:mod:`common.runtime.rank_errors`)."""
     start_logging()
     try:
         return main()
@@ -108,7 +106,7 @@ def setup_output(cfg, cfg_path, rank=0):
     """Create the training output folder, the run's logging, and write the effective config there.
 
     Only rank 0 writes files: the log ``<cfg name>_<date>.log`` (every line the run logs or warns,
-    see :mod:`common.logs`) and ``config.yaml``; other ranks log warnings and errors to stdout.
+    see :mod:`common.runtime.logs`) and ``config.yaml``; other ranks log warnings and errors to stdout.
 
     Returns:
         (str, logging.Logger): the output folder

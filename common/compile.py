@@ -11,7 +11,7 @@ import functools
 
 import torch
 
-from common.logs import get_logger
+from common.runtime.logs import get_logger
 
 logger = get_logger(__name__)
 

@@ -18,14 +18,18 @@ import torch
 from tensorboardX import SummaryWriter
 
 from common import amp
-from common import distributed as cdist
-from common.checkpoint import Checkpointer, load_checkpoint_file, load_model_state_dict
+from common.checkpoint.checkpointer import Checkpointer, load_checkpoint_file, load_model_state_dict
+from common.checkpoint.handoff import read_handoff
+from common.checkpoint.partial_pretrain import load_partial_pretrain
+from common.checkpoint.run_files import write_run_info
 from common.cli import config_from_args, setup_output, train_argument_parser, train_output_folder
 from common.compile import compile_forward
+from common.config.handoff_folder import is_handoff
 from common.data.build import make_dataloader
 from common.data.multitask import MultiTaskDataLoader, MultiTaskEvalLoader, dataset_configs
-from common.evaluation import MetricEvaluator, inference_on_dataset
-from common.handoff import is_handoff, read_handoff
+from common.diagnostics.nonfinite import NonFiniteProbe
+from common.diagnostics.profiling import DataWaitWarning, StepProfiler
+from common.diagnostics.run_record import RunRecord, strategy_name
 from common.hooks.checkpoint import PreemptionCheckpoint, checkpoint_hooks
 from common.hooks.early_stopping import EarlyStopping
 from common.hooks.ema import ModelEma
@@ -34,16 +38,13 @@ from common.hooks.speedometer import Speedometer
 from common.hooks.summary import RunSummary
 from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
+from common.inference.evaluation import MetricEvaluator, inference_on_dataset
 from common.lr_scheduler import build_lr_scheduler, resume_lr_scheduler, updates_per_epoch
 from common.modeling.module import checkpoint_sets_weights, held_random_init_warnings, warn_random_init
-from common.nonfinite import NonFiniteProbe
 from common.optim import build_optimizer
 from common.parallel.fsdp import shard_model
-from common.partial_pretrain import load_partial_pretrain
-from common.predict import write_run_info
-from common.profiling import DataWaitWarning, StepProfiler
-from common.run_record import RunRecord, strategy_name
-from common.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
+from common.runtime import distributed as cdist
+from common.runtime.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
 from common.trainer import DIVERGED_EXIT_CODE, Trainer, TrainingDivergedError
 
 # Apex's floor for the dynamic loss scale in the reference's amp.initialize call.
@@ -79,7 +80,7 @@ def build_model(task, cfg, device=None):
     Warns (:class:`common.modeling.module.RandomInitWarning`) about the parts that keep random weights.
 
     Raises:
-        KeyError: unknown MODULE. common.checkpoint.CheckpointError: a pretrain file that does not fit.
+        KeyError: unknown MODULE. common.errors.CheckpointError: a pretrain file that does not fit.
     """
     with held_random_init_warnings() as held:
         model = task.build_model(cfg)
@@ -116,11 +117,11 @@ def build_precision(cfg, device, sharded=False):
 
 def load_for_inference(task, cfg, ckpt_path, device):
     """The task's model with the weights of the checkpoint file ``ckpt_path`` (or of a hand-off folder,
-    :mod:`common.handoff`), in eval mode.
+    :mod:`common.checkpoint.handoff`), in eval mode.
 
     Raises:
         common.config.ConfigError: a config value the task refuses (``task.check_config``).
-        common.checkpoint.CheckpointError: the file is not a checkpoint or does not fit the model.
+        common.errors.CheckpointError: the file is not a checkpoint or does not fit the model.
         common.errors.UserInputError: ``task.check_checkpoint`` refuses it (another image encoder).
     """
     task.check_config(cfg)
@@ -134,7 +135,7 @@ def load_for_inference(task, cfg, ckpt_path, device):
 
 def run_validation(net, val_loader, metrics, label_index_in_batch):
     """Epoch-end validation: ``metrics`` (reset, then updated with each batch's outputs and ``label``) over
-    ``val_loader`` through :func:`common.evaluation.inference_on_dataset` (fp32, no DDP forward).
+    ``val_loader`` through :func:`common.inference.evaluation.inference_on_dataset` (fp32, no DDP forward).
 
     Args:
         label_index_in_batch: the label field, its name or its position (DATASET.LABEL_INDEX_IN_BATCH);
@@ -153,8 +154,8 @@ def train_net(args, cfg, task):
     Returns:
         (rank, model): the rank of this process and the trained model (unwrapped from DDP; sharded under FSDP).
     Raises:
-        SystemExit: code :data:`common.preemption.PREEMPTED_EXIT_CODE` after SIGTERM / SIGUSR1, once the
-            checkpoint of the step where every rank stopped is written (:mod:`common.preemption`); code
+        SystemExit: code :data:`common.runtime.preemption.PREEMPTED_EXIT_CODE` after SIGTERM / SIGUSR1, once the
+            checkpoint of the step where every rank stopped is written (:mod:`common.runtime.preemption`); code
             :data:`common.trainer.DIVERGED_EXIT_CODE` after :class:`common.trainer.TrainingDivergedError`, its
             message logged as one ``error:`` line.
     """
@@ -295,7 +296,7 @@ def inference_device():
 def test_net(task, cfg, ckpt_path, save_path, save_name):
     """Predict the test split with the checkpoint ``ckpt_path`` and write the task's result file
     under ``save_path`` (name from ``save_name``, see :meth:`common.task.Task.test_evaluator`), through
-    :func:`common.evaluation.inference_on_dataset` (fp32). Inside a process group each rank predicts its
+    :func:`common.inference.evaluation.inference_on_dataset` (fp32). Inside a process group each rank predicts its
     shard of the test set (the task's evaluator gathers them); otherwise one process predicts all.
 
     Returns:

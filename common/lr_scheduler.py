@@ -19,7 +19,7 @@ import torch
 import yaml
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
-from common.logs import get_logger
+from common.runtime.logs import get_logger
 
 SCHEDULES = ("step", "triangle", "cosine", "plateau")
 WARMUP_METHODS = ("constant", "linear")

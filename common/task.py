@@ -22,9 +22,10 @@ from typing import Callable, Dict, NamedTuple, Optional
 import torch
 
 from common.config import build_config
+from common.config.handoff_folder import handoff_opts
 from common.config.values import SHARED_RULES
 from common.data.build import build_dataset
-from common.onnx_export import ExportRefused
+from common.errors import ExportRefused
 from common.registry import Registry
 
 # Renames applied to a pretraining state dict after the PARTIAL_PRETRAIN_PREFIX_CHANGES:
@@ -77,13 +78,13 @@ class Task:
 
     def load_config(self, path=None, opts=None):
         """A fresh frozen config: :meth:`defaults`, then the YAML at ``path`` (if any), then ``opts``. The
-        ``config.yaml`` of a hand-off folder names the folder's copies (:func:`common.handoff.handoff_opts`).
+        ``config.yaml`` of a hand-off folder names the folder's copies
+        (:func:`common.config.handoff_folder.handoff_opts`).
 
         Raises:
             common.config.ConfigError: bad file, key or value (names the file, line and key); a
                 value outside :attr:`value_rules`.
         """
-        from common.handoff import handoff_opts  # imported late: it pulls in the checkpoint code
         return build_config(self.defaults, self.value_rules, path, handoff_opts(path) + list(opts or []))
 
     def inputs(self, cfg):
@@ -96,7 +97,7 @@ class Task:
 
     def partial_pretrain(self, cfg):
         """``(file, prefix changes)`` of a pretraining checkpoint whose matching weights initialise the model
-        (:func:`common.checkpoint.load_partial_pretrain`); None (default): none."""
+        (:func:`common.checkpoint.partial_pretrain.load_partial_pretrain`); None (default): none."""
         return None
 
     def build_dataset(self, cfg, mode):
@@ -138,7 +139,7 @@ class Task:
 
     def check_config(self, cfg, source="config"):
         """Warn about keys set without effect and stop on refused values (see
-        :mod:`common.config_keys`); called first by the engine's entry points. Default: nothing.
+        :mod:`common.config.keys`); called first by the engine's entry points. Default: nothing.
 
         Raises:
             common.config.ConfigError: a value the task refuses (names the key).
@@ -163,7 +164,7 @@ class Task:
         return None
 
     def test_evaluator(self, cfg, dataset, save_path, save_name):
-        """The :class:`common.evaluation.DatasetEvaluator` of the test split: its ``evaluate()`` writes the
+        """The :class:`common.inference.evaluation.DatasetEvaluator` of the test split: its ``evaluate()`` writes the
         predictions on ``dataset`` in the task's result format, as a file under the folder ``save_path``
         whose name starts with ``save_name``, and returns the file's path.
 
@@ -175,13 +176,13 @@ class Task:
     def run_info(self, cfg, dataset):
         """What a predictor of this run needs besides the config and the weights, from the training data set
         ``dataset`` (class names, an answer vocabulary): a JSON-able dict, written by training as
-        ``predictor.json`` in the run folder (:func:`common.predict.write_run_info`). Default: ``{}``."""
+        ``predictor.json`` in the run folder (:func:`common.checkpoint.run_files.write_run_info`). Default: ``{}``."""
         return {}
 
     def predictor(self, cfg, ckpt, ckpt_path, device, feature_weights=None, box_source=None):
-        """The task's :class:`common.predict.TaskPredictor` (``<task>/predict.py``) for the checkpoint dict ``ckpt``
-        read from the file ``ckpt_path`` (its run folder holds the :meth:`run_info`); see
-        :meth:`common.predict.Predictor.from_checkpoint` for the other arguments.
+        """The task's :class:`common.inference.predictor.TaskPredictor` (``<task>/predict.py``) for the checkpoint dict
+        ``ckpt`` read from the file ``ckpt_path`` (its run folder holds the :meth:`run_info`); see
+        :meth:`common.inference.Predictor.from_checkpoint` for the other arguments.
 
         Raises:
             common.errors.UserInputError: the task has no predictor, or the run's files do not suit the config.
@@ -195,11 +196,11 @@ class Task:
         return self.onnx_refusal
 
     def onnx_graph(self, cfg, model):
-        """The :class:`common.onnx_export.OnnxGraph` that ``tools/export.py`` writes for ``model`` (built from
+        """The :class:`common.inference.onnx_export.OnnxGraph` that ``tools/export.py`` writes for ``model`` (built from
         ``cfg``, weights loaded, eval mode).
 
         Raises:
-            common.onnx_export.ExportRefused: default, with :attr:`onnx_refusal`.
+            common.errors.ExportRefused: default, with :attr:`onnx_refusal`.
         """
         raise ExportRefused(self.name, self.onnx_refusal or "it declares no ONNX graph (Task.onnx_graph)")
 
@@ -208,8 +209,8 @@ class Task:
         return "{} model".format(self.name)
 
     def handoff_files(self, cfg):
-        """Files that a hand-off folder (:mod:`common.handoff`) copies besides the weights, ``config.yaml`` and the
-        run's predictor files, so that it is read without the training data: ``{file name: (dotted config key
+        """Files that a hand-off folder (:mod:`common.checkpoint.handoff`) copies besides the weights, ``config.yaml``
+        and the run's predictor files, so that it is read without the training data: ``{file name: (dotted config key
         that names the file, text)}``; reading the folder points each key at its copy. Default: none."""
         return {}
 

@@ -9,7 +9,7 @@ One optimizer step, as :class:`Trainer` does it (``k = grad_accumulate_steps``):
         metrics.update(outputs)
     last micro-batch: scaler.step(optimizer, clip_grad_norm)   # unscale once, clip, step or skip
                       optimizer.zero_grad()
-    every micro-batch: record the figures (common.events.StepRecord; at a step end with the LR that step used)
+    every micro-batch: record the figures (common.step_record.StepRecord; at a step end with the LR that step used)
                        last micro-batch: hooks.after_step (LR schedule, EMA)
                        hooks.after_batch (TensorBoard, speedometer line, mid-epoch checkpoint) read the record
     epoch end:        hooks.after_epoch (validation, plateau LR, checkpoint)
@@ -19,9 +19,9 @@ holds ``r = n_batches % k`` micro-batches when that is not 0 and its losses are 
 Mixed precision is explicit: the engine builds the autocast context and the
 :class:`common.amp.LossScaler` from the config and passes both in; nothing is patched.
 
-Resume contract (``common/checkpoint.py`` and the checkpoint hooks rely on it)
+Resume contract (``common/checkpoint/checkpointer.py`` and the checkpoint hooks rely on it)
 -------------------------------------------------------------------------------
-* The loop's progress is the plain dict of :mod:`common.train_state` (``epoch``,
+* The loop's progress is the plain dict of :mod:`common.checkpoint.train_state` (``epoch``,
   ``epoch_batch``, ``global_step`` = applied optimizer steps, ...).
 * ``train(begin_epoch, end_epoch, state)`` resumes: training starts at ``state['epoch']``
   (``begin_epoch`` is ignored) and, when ``state['epoch_batch'] = m > 0``, goes on after what the
@@ -43,17 +43,16 @@ import time
 from contextlib import nullcontext
 from typing import Callable, Optional, Sequence
 
-import torch
 from tqdm import tqdm
 
 from common.amp import LossScaler
-from common.data.collate import Batch, num_samples
-from common.distributed import get_world_size
+from common.checkpoint.train_state import check_train_state, new_train_state, tried_steps
+from common.data.collate import num_samples, to_device
+from common.diagnostics.nonfinite import NonFiniteProbe, should_diagnose
 from common.errors import UserInputError
-from common.logs import get_logger
-from common.nonfinite import NonFiniteProbe, should_diagnose
 from common.hooks.base import HookBase, TrainContext
-from common.train_state import check_train_state, new_train_state, tried_steps
+from common.runtime.distributed import get_world_size
+from common.runtime.logs import get_logger
 
 DEFAULT_MAX_CONSECUTIVE_SKIPS = 100
 
@@ -72,18 +71,6 @@ class TrainingDivergedError(RuntimeError):
 class WorldSizeChangeError(UserInputError):
     """A mid-epoch state of W processes resumed on another number with a loader that cannot re-shard
     the rest of the epoch (the multi-task loader of a ``DATASET`` list)."""
-
-
-def to_device(batch, device):
-    """Move the tensors of a batch (tuple/list, nested lists allowed) to ``device``; a
-    :class:`common.data.collate.Batch` stays one, with its names and extras."""
-    if isinstance(batch, Batch):
-        return batch.map(lambda v: to_device(v, device))
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, (list, tuple)):
-        return [to_device(b, device) for b in batch]
-    return batch
 
 
 class Trainer:
@@ -108,7 +95,7 @@ class Trainer:
         clip_grad_norm: max total 2-norm of the trainable params' gradients; None or <= 0: no clipping.
         max_consecutive_skips: skipped steps in a row that stop training (TRAIN.MAX_CONSECUTIVE_SKIPS).
         logger: where the ``PROGRESS`` line goes on rank 0 (default: this module's logger).
-        probe: :class:`common.nonfinite.NonFiniteProbe` that names the module where a skipped step's inf/nan
+        probe: :class:`common.diagnostics.nonfinite.NonFiniteProbe` that names the module where a skipped step's inf/nan
             was born (None: no diagnosis).
 
     Raises:
@@ -150,7 +137,7 @@ class Trainer:
         """Train from ``begin_epoch`` (or the resumed ``state``) to ``end_epoch`` (exclusive).
 
         Returns:
-            the final progress dict (:mod:`common.train_state`).
+            the final progress dict (:mod:`common.checkpoint.train_state`).
         Raises:
             KeyError: ``state`` lacks a key.
             TrainingDivergedError: ``max_consecutive_skips`` skipped steps in a row.

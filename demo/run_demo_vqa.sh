@@ -43,7 +43,7 @@ fi
 ./scripts/dist_run_single.sh "$NPROC" vqa/train_end2end.py "$CFG" "$MODEL_DIR" "$@"
 
 OUT="$MODEL_DIR/output/vl-bert/vqa/demo_cpu/train2014_train"
-# What made the features, for tools/predict.py on a photo (common/predict.py reads it next to the checkpoint):
+# What made the features, for tools/predict.py on a photo (the predictor reads it next to the checkpoint: common/checkpoint/features.py):
 # the demo's photos get their listed boxes, any other photo a 4x4 grid (with one warning).
 cat > "$OUT/feature_extractor.json" <<JSON
 {"cfg": "$CFG", "weights": "$DATA/resnet50-random-0000.model",

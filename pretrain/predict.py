@@ -4,7 +4,8 @@
 Items are built by the caption data set's own code (:meth:`pretrain.data.caption_dataset.
 ConceptualCaptionsDataset.item`, nothing masked at random: the ``[MASK]`` words are the caption's); the regions of
 a photo come from the box source (a grid by default), their features from the image encoder that made the
-training features when the model reads precomputed ones (:func:`common.predict.load_feature_extractor`). With a
+training features when the model reads precomputed ones (:func:`common.inference.predictor.load_feature_extractor`).
+With a
 ``DATASET`` list the first entry (the image-caption set) gives the item keys; the text-only corpora get no sample.
 """
 import re
@@ -15,8 +16,9 @@ from common.data.box_sources import BoxSource
 from common.data.multitask import dataset_configs
 from common.data.transforms import build_transforms
 from common.errors import UserInputError
+from common.inference.inputs import top_predictions
+from common.inference.predictor import TaskPredictor, load_feature_extractor
 from common.modeling.region_extractor import extract_regions
-from common.predict import TaskPredictor, load_feature_extractor, top_predictions
 from pretrain.data.caption_dataset import ConceptualCaptionsDataset
 from pretrain.data.conceptual_captions import Detections
 

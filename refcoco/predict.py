@@ -7,9 +7,9 @@ input's ``boxes`` or the box source's (:class:`common.data.box_sources.BoxSource
 """
 import torch
 
-from common.data.transforms import build_transforms
 from common.data.tokenizer import build_tokenizer
-from common.predict import TaskPredictor
+from common.data.transforms import build_transforms
+from common.inference.predictor import TaskPredictor
 from refcoco.data.refcoco import RefCOCO, RefCOCOItems
 
 

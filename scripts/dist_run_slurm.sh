@@ -12,7 +12,7 @@
 #                MASTER_PORT (default 20000 + SLURM_JOB_ID % 10000; the log names the port),
 #                STEP_END_S (default 60: how long srun may take to end the step once a task failed)
 # Preemption: on SIGTERM or SIGUSR1 every rank stops at the next optimizer step, saves a checkpoint and
-# exits with code 75 (common/preemption.py). The launcher then requeues the job (scontrol requeue), unless
+# exits with code 75 (common/runtime/preemption.py). The launcher then requeues the job (scontrol requeue), unless
 # SLURM has requeued it already (scontrol requeue, preemption) or it was cancelled (scancel JOBID), and
 # TRAIN.AUTO_RESUME continues from that checkpoint. A SIGUSR1 sent to this shell (sbatch --signal=B:USR1@120)
 # is passed on to the tasks; a SIGTERM is not (SLURM sends it to the tasks itself). Exec the launcher from the
@@ -27,7 +27,7 @@ usage_check 5 "PARTITION JOB SCRIPT CFG WORK_DIR [NTASKS] [extra script args...]
 
 PARTITION=$1 JOB_NAME=$2 SCRIPT=$3 CFG=$4 WORK_DIR=$5 NTASKS=${6:-${SLURM_NTASKS:-8}}
 shift $(($# < 6 ? $# : 6))
-PREEMPTED_EXIT_CODE=75  # common.preemption.PREEMPTED_EXIT_CODE
+PREEMPTED_EXIT_CODE=75  # common.runtime.preemption.PREEMPTED_EXIT_CODE
 # Tasks per node: inside an allocation NTASKS spread over its nodes (SLURM_JOB_NUM_NODES), else up to 8.
 if [ -n "${SLURM_JOB_NUM_NODES:-}" ]; then
     GPUS_PER_NODE=${GPUS_PER_NODE:-$(((NTASKS + SLURM_JOB_NUM_NODES - 1) / SLURM_JOB_NUM_NODES))}
@@ -57,13 +57,13 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$WORK_DIR"
 EXIT_CODES=$(mktemp -d "$WORK_DIR/.exit-codes.XXXXXX")
 # A user mistake (exit code 2): each task writes its error lines here instead of printing them, and the
-# launcher prints each distinct message once (common/rank_errors.py).
+# launcher prints each distinct message once (common/runtime/rank_errors.py).
 VLBERT_RANK_ERRORS=$(mktemp -d "$WORK_DIR/.rank-errors.XXXXXX")
 trap 'rm -rf "$EXIT_CODES" "$VLBERT_RANK_ERRORS"' EXIT
 export VLBERT_RANK_ERRORS
 # The task's shell outlives the signals SLURM sends to every process of the step (its trap runs once the
 # script has ended). Python starts with SIGUSR1 ignored, which would otherwise kill it before training
-# installs its handler (common/preemption.py): an early warning signal is dropped, the time limit's
+# installs its handler (common/runtime/preemption.py): an early warning signal is dropped, the time limit's
 # SIGTERM still stops the run.
 TASK='trap : TERM; trap "" USR1; "$@"; rc=$?; echo $rc > "$EXIT_CODES/$SLURM_PROCID"; [ $rc -eq 75 ] && rc=0; exit $rc'
 export EXIT_CODES

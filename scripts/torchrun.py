@@ -1,7 +1,7 @@
 """torchrun (``torch.distributed.run``, same arguments) for scripts/dist_run_single.sh and dist_run_multi.sh.
 
 A user mistake that the ranks report (exit code 2, their ``error:`` lines written to a folder of
-:mod:`common.rank_errors`) ends the launch with each distinct message once and exit code 2: no copy per
+:mod:`common.runtime.rank_errors`) ends the launch with each distinct message once and exit code 2: no copy per
 rank, no torchrun traceback, none of its "closing signal" / "failed (exitcode: 2)" log lines. Any other
 failure keeps torchrun's report (and exit code).
 
@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: E402
 from torch.distributed.run import parse_args, run  # noqa: E402
 
-from common import rank_errors  # noqa: E402
+from common.runtime import rank_errors  # noqa: E402
 
 # torchrun's logger of the workers' ends
 AGENT_LOGGER = "torch.distributed.elastic.multiprocessing.api"

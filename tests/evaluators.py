@@ -2,7 +2,7 @@
 simulated GPU vs the CPU, FSDP vs DDP)."""
 import torch
 
-from common.evaluation import DatasetEvaluator
+from common.inference.evaluation import DatasetEvaluator
 
 
 class OutputRows(DatasetEvaluator):

@@ -3,7 +3,7 @@
     scripts/dist_run_slurm.sh PART JOB tests/slurm_group.py CFG WORK_DIR N
 
 Parses the entry points' flags (``--cfg`` is not read), calls
-:func:`common.distributed.init_distributed` as :func:`common.engine.train_net` does, checks the
+:func:`common.runtime.distributed.init_distributed` as :func:`common.engine.train_net` does, checks the
 group with one collective and prints ``job J rank R: ranks [0, 1, ...], T threads`` (J = SLURM_JOB_ID,
 T = torch's intra-op threads).
 GROUP_DELAY="R:PATH" makes rank R wait until the file PATH exists before it joins (a slow start).
@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from common import distributed as cdist  # noqa: E402
 from common.cli import run_main, train_argument_parser  # noqa: E402
+from common.runtime import distributed as cdist  # noqa: E402
 
 
 def main():

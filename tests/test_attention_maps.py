@@ -198,7 +198,7 @@ def test_vcr_checkpoint_on_own_images_with_a_grid_skips_an_undecodable_image(inp
     assert record["boxes"][1:] == [[0, 0, 19, 15], [20, 0, 39, 15], [0, 16, 19, 31], [20, 16, 39, 31]]
 
     # The VCR file's VL-BERT weights are the ones used: a model loaded by hand gives the same maps.
-    from common.checkpoint import load_checkpoint_file
+    from common.checkpoint.checkpointer import load_checkpoint_file
     state = load_checkpoint_file(inputs["vcr"])["state_dict"]
     from pretrain.task import TASK
     from pretrain.function.vis import build_model

@@ -10,12 +10,12 @@ import torch
 import torch.nn as nn
 
 from common import amp
-from common import checkpoint as ck
-from common import rng
+from common.checkpoint import checkpointer as ck
+from common.checkpoint import rng
+from common.checkpoint.partial_pretrain import load_partial_pretrain
+from common.checkpoint.train_state import check_train_state, new_train_state
 from common.hooks.base import TrainContext
 from common.hooks.checkpoint import Checkpoint, StepCheckpoint, checkpoint_hooks
-from common.partial_pretrain import load_partial_pretrain
-from common.train_state import check_train_state, new_train_state
 from vcr.modules.resnet_vlbert_for_vcr import pretrain_renames
 
 
@@ -205,9 +205,9 @@ def test_rng_round_trip():
     assert a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2]) and a[3] == b[3]
 
 
-def test_atomic_save_keeps_old_file_on_crash(tmp_path, monkeypatch):
+def test_write_checkpoint_file_keeps_old_file_on_crash(tmp_path, monkeypatch):
     path = str(tmp_path / "m-0000.model")
-    ck.atomic_save({"state_dict": {"w": torch.ones(2)}}, path)
+    ck.write_checkpoint_file({"state_dict": {"w": torch.ones(2)}}, path)
 
     def torn_save(obj, f):
         f.write(b"partial")
@@ -215,7 +215,7 @@ def test_atomic_save_keeps_old_file_on_crash(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", torn_save)
     with pytest.raises(KeyboardInterrupt):
-        ck.atomic_save({"state_dict": {"w": torch.zeros(2)}}, path)
+        ck.write_checkpoint_file({"state_dict": {"w": torch.zeros(2)}}, path)
     assert os.listdir(str(tmp_path)) == ["m-0000.model"]
     assert torch.equal(ck.load_checkpoint_file(path)["state_dict"]["w"], torch.ones(2))
 
@@ -466,7 +466,7 @@ def test_checkpoint_every_fraction_of_the_run():
 def test_async_sharded_save_is_named_when_written_and_holds_the_state_of_its_call(tmp_path):
     """TRAIN.ASYNC_CHECKPOINT's save (one process, no process group): the folder gets its name from the writer's
     thread, before anyone waits, and a tensor changed after the call returns is saved as it was at the call."""
-    from common.parallel.sharded_checkpoint import save_sharded_checkpoint
+    from common.checkpoint.sharded import save_sharded_checkpoint
     weight = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     ckpt = {"state_dict": {"w": weight}, "train_state": {"global_step": 3}}
     path = str(tmp_path / "run-0001.model")

@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from common.data.samplers import SampleKey
-from common.safe_load import UnreadableFileError
+from common.fileio.safe_load import UnreadableFileError
 from tests.conftest import ROOT
 from tests.tiny_cls import TINY_VIT, opts as tiny_opts
 from tests.tiny_vcr import run_script, tensorboard_scalars_in

@@ -1,5 +1,5 @@
 """Every config key is acted on, warned about or refused: the KEY_STATUS table of each task (see
-common/config_keys.py), checked by ``check_config`` at the entry points."""
+common/config/keys.py), checked by ``check_config`` at the entry points."""
 import contextlib
 import glob
 import importlib
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from common.config import ConfigError
-from common.config_keys import IMPLEMENTED, REFUSED, WARNED, leaf_keys
+from common.config.keys import IMPLEMENTED, REFUSED, WARNED, leaf_keys
 from tests.conftest import ROOT, load_task
 from vcr.function.test import val_correct
 from vcr.task import TASK as VCR_TASK
@@ -95,7 +95,7 @@ def test_every_key_of_every_task_has_its_status(task):
 
 
 def test_a_misspelt_key_in_a_status_table_is_an_error():
-    from common.config_keys import DONE, task_key_status
+    from common.config.keys import DONE, task_key_status
     with pytest.raises(ValueError, match="NETWORK.BLND"):
         task_key_status(defaults("vcr"), {"NETWORK.BLND": DONE})
 

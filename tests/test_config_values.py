@@ -7,8 +7,8 @@ import os
 import pytest
 
 from common.config import common_defaults
+from common.config.keys import leaf_keys
 from common.config.values import SHARED_RULES
-from common.config_keys import leaf_keys
 from tests.tiny_vcr import CFG, ROOT, run_script
 
 VCR = os.path.join(ROOT, "vcr", "train_end2end.py")

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from common.checkpoint import load_checkpoint_file
+from common.checkpoint.checkpointer import load_checkpoint_file
 from common.cli import config_from_args, train_argument_parser
 from common.engine import seed_everything, train_net
 from common.optim import images_per_step

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from common import distributed as cdist
 from common.data.samplers import DistributedSampler, InferenceSampler
+from common.runtime import distributed as cdist
 from tests.faults import harness
 from tests.tiny_vcr import ACCUMULATION_OPTS, CFG, ENTRY, LAUNCH_ENV, ROOT, checkpoint, output_folder
 
@@ -114,16 +114,16 @@ def _collectives_worker(rank, world_size, port, folder):
 def _checkpoint_on_ranks(rank, world_size, folder):
     """Rank 0 alone writes; every rank's RNG goes into the file and comes back to that rank."""
     import types
-    from common import checkpoint as ck
+    from common.checkpoint import checkpointer as ck
     torch.manual_seed(100 + rank)
     net = torch.nn.Linear(2, 2)
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     prefix = os.path.join(folder, "m")
     writes = []
-    real = ck.atomic_save
-    ck.atomic_save = lambda obj, path: (writes.append(path), real(obj, path))
+    real = ck.write_checkpoint_file
+    ck.write_checkpoint_file = lambda obj, path: (writes.append(path), real(obj, path))
     ck.save_checkpoint(ck.epoch_checkpoint_path(prefix, 0), net, opt)
-    ck.atomic_save = real
+    ck.write_checkpoint_file = real
     assert len(writes) == (1 if rank == 0 else 0)
     expected = torch.rand(3)  # the draws right after the save, different on every rank
     cdist.barrier()

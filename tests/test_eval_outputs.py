@@ -16,7 +16,7 @@ import warnings
 import pytest
 import torch
 
-from common.checkpoint import save_checkpoint
+from common.checkpoint.checkpointer import save_checkpoint
 from common.modeling.module import RandomInitWarning
 from tests.conftest import ROOT
 from tests.golden import Choices, assert_json_close, assert_text_close

@@ -1,12 +1,12 @@
-"""common.events.StepRecord: the one record the trainer writes per micro-batch and the hooks read."""
+"""common.step_record.StepRecord: the one record the trainer writes per micro-batch and the hooks read."""
 import logging
 
 import torch
 
-from common.events import PHASES, StepRecord
+from common.checkpoint.train_state import new_train_state
 from common.hooks.base import HookBase
 from common.hooks.summary import RunSummary
-from common.train_state import new_train_state
+from common.step_record import PHASES, StepRecord
 from common.trainer import Trainer
 from tests.test_trainer import Toy, _batches
 

@@ -18,7 +18,7 @@ import yaml
 from safetensors.torch import load_file
 
 from common.engine import build_loader
-from common.predict import Predictor
+from common.inference import Predictor
 from tests import tiny_vqa
 from tests.conftest import ROOT
 from tests.tiny_vcr import run_script
@@ -154,7 +154,7 @@ def test_vqa_onnx_on_region_features_answers_as_test_py(vqa_run, vqa_test_answer
 
 def test_vqa_safetensors_handoff_holds_the_checkpoint_and_test_py_reads_it(vqa_run, vqa_test_answers, tmp_path,
                                                                           capsys):
-    from common.handoff import handoff_config
+    from common.checkpoint.handoff import handoff_config
     from vqa.task import TASK
 
     inputs, cfg_path, ckpt = vqa_run

@@ -15,13 +15,13 @@ import torch
 
 from bench.gpu_suite_inputs import task_runs
 from common import amp
-from common.engine import build_loader, build_model
-from common.checkpoint import load_checkpoint_file, restore_checkpoint
+from common.checkpoint.checkpointer import load_checkpoint_file, restore_checkpoint
 from common.data.collate import Batch
-from common.evaluation import DatasetEvaluator, inference_on_dataset
+from common.data.collate import to_device
+from common.engine import build_loader, build_model
+from common.inference import Predictor
+from common.inference.evaluation import DatasetEvaluator, inference_on_dataset
 from common.optim import build_optimizer
-from common.predict import Predictor
-from common.trainer import to_device
 from tests.conftest import load_task
 from tests.evaluators import OutputRows
 from tests.fake_cuda import CUDA, ROOT, SIMULATED_DEVICE_NAME, CudaTensor, DeviceError, fake_cuda
@@ -97,7 +97,7 @@ class FirstOutputs(DatasetEvaluator):
 
 
 def eval_outputs(task, cfg, model):
-    """The first val batch's float outputs through :func:`common.evaluation.inference_on_dataset`."""
+    """The first val batch's float outputs through :func:`common.inference.evaluation.inference_on_dataset`."""
     first = [next(iter(build_loader(task, cfg, "val")))]
     return inference_on_dataset(model, first, FirstOutputs(), task.label_index_in_batch(cfg))
 
@@ -275,7 +275,8 @@ def test_a_float64_tensor_and_a_dtype_mismatch_in_a_forward_are_caught_and_locat
 
 
 def test_test_py_and_the_predictor_with_attention_maps_on_cuda(runs, tmp_path):
-    """vcr/test.py's inference (common/evaluation.py) and ``Predictor(..., device='cuda')`` with ``attention()``
+    """vcr/test.py's inference (common/inference/evaluation.py) and ``Predictor(..., device='cuda')`` with
+    ``attention()``
     on the GPU, from a checkpoint of the tiny VCR run: the predictor's probabilities are test.py's CSV ones, the
     attention rows sum to 1."""
     run = runs["vcr"]
@@ -309,8 +310,8 @@ def test_test_py_and_the_predictor_with_attention_maps_on_cuda(runs, tmp_path):
 
 @pytest.mark.parametrize("name", ["vcr-qa2r", "vcr-vit", "vqa", "vqa-vit", "refcoco", "refcoco-vit", "cls"])
 def test_test_py_on_cuda_writes_the_cpu_result_file(runs, name, tmp_path):
-    """``<task>/test.py`` (common/evaluation.py's inference) on the GPU, from a checkpoint of the case's tiny run
-    (VCR Q->A: the test above): the result file holds the CPU run's predictions (answers and top-5 classes
+    """``<task>/test.py`` (common/inference/evaluation.py's inference) on the GPU, from a checkpoint of the case's tiny
+    run (VCR Q->A: the test above): the result file holds the CPU run's predictions (answers and top-5 classes
     tie-aware, VCR's probabilities within 1e-5, boxes within 1e-4 pixels)."""
     import glob
     import json

@@ -1,11 +1,11 @@
-"""common.flops: the 6 N T + attention count, by hand and against torch's FLOP counter."""
+"""common.diagnostics.flops: the 6 N T + attention count, by hand and against torch's FLOP counter."""
 from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from common.flops import dense_weight_count, encoder_train_flops
+from common.diagnostics.flops import dense_weight_count, encoder_train_flops
 from common.modeling.nlp.modeling import BertEncoder, attention_bias
 
 TINY = SimpleNamespace(hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16,

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import common.engine
-from common.checkpoint import load_checkpoint_file
+from common.checkpoint.checkpointer import load_checkpoint_file
 from common.cli import config_from_args, train_argument_parser
 from common.engine import seed_everything
 from tests.conftest import ROOT

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from common.checkpoint import load_checkpoint_file
+from common.checkpoint.checkpointer import load_checkpoint_file
 
 from tests import tiny_cls, tiny_vqa
 from tests import tiny_pretrain as tp
@@ -73,7 +73,7 @@ def near_tied_items(ckpt, opts):
     """``(near ties, items)`` of the VCR val set under ``ckpt``: items whose two best answer logits differ by
     at most TIE (relative to the row's largest magnitude), in-process on the CPU."""
     from common.engine import build_loader, load_for_inference
-    from common.evaluation import inference_on_dataset
+    from common.inference.evaluation import inference_on_dataset
     from tests.evaluators import OutputRows
     from vcr.task import TASK
 

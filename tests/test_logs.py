@@ -1,10 +1,10 @@
-"""common.logs: one logger tree for the console and the run's log file."""
+"""common.runtime.logs: one logger tree for the console and the run's log file."""
 import logging
 import warnings
 
 import pytest
 
-from common.logs import NAME, WARNINGS, get_logger, setup_run_logging, start_logging
+from common.runtime.logs import NAME, WARNINGS, get_logger, setup_run_logging, start_logging
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""tools/plot_curves.py and common.tb_events: the PNG of a run's TensorBoard scalars."""
+"""tools/plot_curves.py and common.diagnostics.tb_events: the PNG of a run's TensorBoard scalars."""
 import os
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 import pytest
 from tensorboardX import SummaryWriter
 
-from common.tb_events import read_scalars
+from common.diagnostics.tb_events import read_scalars
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tools", "plot_curves.py")

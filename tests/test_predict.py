@@ -1,5 +1,5 @@
-"""The predictor (common/predict.py) and tools/predict.py on tiny trained checkpoints: a prediction equals what
-the task's test.py / val.py computes for the same item of a tiny data set, batching changes nothing, bad inputs
+"""The predictor (common/inference/predictor.py) and tools/predict.py on tiny trained checkpoints: a prediction equals
+what the task's test.py / val.py computes for the same item of a tiny data set, batching changes nothing, bad inputs
 give one clear UserInputError (the script: an ``error:`` line, exit 2)."""
 import json
 import os
@@ -10,8 +10,8 @@ import torch
 from common.data.build import make_dataloader
 from common.engine import load_for_inference
 from common.errors import UserInputError
-from common.evaluation import inference_on_dataset
-from common.predict import Predictor
+from common.inference import Predictor
+from common.inference.evaluation import inference_on_dataset
 from tests import tiny_vqa
 from tests.conftest import ROOT
 from tests.evaluators import OutputRows
@@ -203,9 +203,9 @@ def test_a_sharded_checkpoint_folder_reads_the_run_folder_beside_it(cls_run, tmp
     import shutil
 
     from cls.data.datasets import CIFAR10
-    from common.checkpoint import load_checkpoint_file
-    from common.parallel.sharded_checkpoint import save_sharded_checkpoint
-    from common.predict import RUN_INFO
+    from common.checkpoint.checkpointer import load_checkpoint_file
+    from common.checkpoint.run_files import RUN_INFO
+    from common.checkpoint.sharded import save_sharded_checkpoint
 
     run = tmp_path / "run"
     run.mkdir()
@@ -491,7 +491,7 @@ def test_the_run_folders_feature_record_needs_no_flag(vqa_run, vqa_predictor, tm
     for --feature-weights and --box-source."""
     import shutil
 
-    from common.predict import FEATURE_INFO
+    from common.checkpoint.run_files import FEATURE_INFO
 
     ckpt = str(tmp_path / "vqa-0000.model")
     shutil.copy(vqa_run["ckpt"], ckpt)
@@ -514,7 +514,7 @@ def test_a_photo_the_recorded_box_files_do_not_list_gets_the_recorded_fallback_w
     import numpy as np
     from PIL import Image
 
-    from common.predict import FEATURE_INFO
+    from common.checkpoint.run_files import FEATURE_INFO
 
     ckpt = str(tmp_path / "vqa-0000.model")
     shutil.copy(vqa_run["ckpt"], ckpt)
@@ -545,7 +545,7 @@ def test_a_photo_the_recorded_box_files_do_not_list_gets_the_recorded_fallback_w
                                  "what is it ?", "--json", str(tmp_path / "cli.json"), "--opts"] + vqa_run["opts"],
                                 capsys)
     assert code in (0, None)
-    # the command line logs Python warnings (common.logs): one line
+    # the command line logs Python warnings (common.runtime.logs): one line
     assert [line.split("(another source: ")[1] for line in out.splitlines() if "box file" in line] == [
         "--box-source)"]
     _assert_same_predictions(json.load(open(tmp_path / "cli.json"))[:1], got[:1])  # alone vs in a batch of 3
@@ -785,7 +785,7 @@ def _assert_handoff_travels(tmp_path, capsys, monkeypatch, cfg, ckpt, opts, inpu
     for got, want in zip(json.load(open(elsewhere / "out.json")), expected):
         _assert_close(dict(got, image=None), dict(want, image=None))
     # docs/export.md's Python lines in a fresh process: the folder alone, no task package imported by hand
-    snippet = ("import json, sys; sys.path.insert(0, {root!r}); from common.predict import Predictor; "
+    snippet = ("import json, sys; sys.path.insert(0, {root!r}); from common.inference import Predictor; "
                "predictor = Predictor.from_checkpoint('moved'); "
                "json.dump(predictor(json.load(open('inputs.json')), topk={topk}), open('py.json', 'w'))")
     listed_abs = [dict(inp, image=str(photos / inp["image"])) for inp in listed]
@@ -831,7 +831,7 @@ def test_the_vqa_handoff_of_a_precomputed_feature_model_travels(vqa_run, tmp_pat
     'file' box source, which lists its training photos, becomes its recorded grid, and the export says so."""
     import shutil
 
-    from common.predict import FEATURE_INFO, RUN_INFO
+    from common.checkpoint.run_files import FEATURE_INFO, RUN_INFO
 
     run = tmp_path / "run"
     run.mkdir()

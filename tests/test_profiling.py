@@ -1,4 +1,5 @@
-"""TRAIN.PROFILE and the data-wait warning (common/profiling.py) through the tiny task's real entry point."""
+"""TRAIN.PROFILE and the data-wait warning (common/diagnostics/profiling.py) through the tiny task's real entry
+point."""
 import json
 import os
 import re

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from yacs.config import CfgNode
 
-from common import checkpoint as ck
+from common.checkpoint import checkpointer as ck
 from common.engine import build_model, load_for_inference
 from common.modeling.module import RandomInitWarning, held_random_init_warnings, warn_random_init
 from common.task import Task

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from common.safe_load import load_pickle
+from common.fileio.safe_load import load_pickle
 from refcoco.data.proposals import VGBoxes, load_mattnet_detections
 from refcoco.data.refer import Refer
 from refcoco.metrics import box_iou

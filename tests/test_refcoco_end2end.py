@@ -24,7 +24,7 @@ import torch
 import yaml
 from yacs.config import CfgNode
 
-from common.config_keys import leaf_keys
+from common.config.keys import leaf_keys
 from tests.conftest import ROOT
 from tests.refcoco_fixture import VAL_SET, tiny_opts, write_refcoco
 from tests.tiny_vcr import LAUNCH_ENV, run_script
@@ -246,7 +246,7 @@ def _validate(cfg, world_size, rank):
 
 
 def _validation_worker(rank, world_size, port, cfg, results):
-    from common import distributed as cdist
+    from common.runtime import distributed as cdist
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from common.errors import UserInputError
-from common.safe_load import UnreadableFileError
+from common.fileio.safe_load import UnreadableFileError
 from refcoco.data.proposals import VGBoxes, load_mattnet_detections
 from refcoco.data.refer import SPLITS, RefCOCODataError, Refer, split_matches, xywh_to_xyxy
 from tests.refcoco_fixture import refs_list, write_refcoco

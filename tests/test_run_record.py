@@ -1,13 +1,13 @@
-"""run.json (common/run_record.py) through the tiny task's real entry point, a resume appending to it, and
-tools/results_table.py over it; the paper's figures of docs/fidelity.md equal common/paper_results.py."""
+"""run.json (common/diagnostics/run_record.py) through the tiny task's real entry point, a resume appending to it, and
+tools/results_table.py over it; the paper's figures of docs/fidelity.md equal common/diagnostics/paper_results.py."""
 import hashlib
 import json
 import os
 import re
 import subprocess
 
-from common import run_record
-from common.paper_results import PAPER_FIGURES
+from common.diagnostics import run_record
+from common.diagnostics.paper_results import PAPER_FIGURES
 from tests.conftest import ROOT
 from tests.faults import harness, tiny_task
 

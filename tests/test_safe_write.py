@@ -11,11 +11,11 @@ import pytest
 import torch
 from yacs.config import CfgNode
 
-from common import checkpoint as ck
-from common import safe_write
+from common.checkpoint import checkpointer as ck
 from common.config import dump_config
 from common.errors import UserInputError
-from common.safe_write import OutputWriteError, atomic_write
+from common.fileio import safe_write
+from common.fileio.safe_write import OutputWriteError, atomic_write
 
 
 def model_and_optimizer():

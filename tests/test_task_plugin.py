@@ -22,7 +22,7 @@ import torch
 from common.config import common_defaults
 from common.data.build import register_dataset
 from common.data.samplers import resolve_key
-from common.evaluation import DatasetEvaluator
+from common.inference.evaluation import DatasetEvaluator
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.eval_metric import EvalMetric
 from common.metrics.loss_logger import LossLogger
@@ -251,7 +251,7 @@ def test_shared_defaults_hold_no_vlbert_or_task_key():
     """common/config/defaults.py sets only the keys every task reads: none of the VL-BERT group or of a
     task (each task's KEY_STATUS less the shared table); no task imports another task."""
     import importlib
-    from common.config_keys import SHARED_STATUS
+    from common.config.keys import SHARED_STATUS
     tasks = ("vcr", "vqa", "refcoco", "pretrain")
     owned = {key for task in tasks for key in importlib.import_module(task + ".function.config").KEY_STATUS}
     owned -= set(SHARED_STATUS)
@@ -261,7 +261,7 @@ def test_shared_defaults_hold_no_vlbert_or_task_key():
     # Independent of the status tables: the keys the VL-BERT config group adds (with those named as VCR's
     # in the issue) are neither in the shared defaults nor written in their file.
     from common.config import common_defaults
-    from common.config_keys import leaf_keys
+    from common.config.keys import leaf_keys
     from common.modeling.vlbert_config import add_answer_vocab_config, add_visual_scale_config, add_vlbert_config
     shared = dict(leaf_keys(common_defaults()))
     group = set(dict(leaf_keys(add_answer_vocab_config(add_visual_scale_config(add_vlbert_config(

@@ -1,6 +1,6 @@
 """The TensorBoard command the VCR demo prints (scripts/run_demo.sh) serves a tiny run's scalars: started on the
 events of a run of vcr/train_end2end.py on a free loopback port, it answers ``/data/plugin/scalars/scalars``
-with the steps and values the run wrote (read back by :func:`common.tb_events.read_scalars`), then stops."""
+with the steps and values the run wrote (read back by :func:`common.diagnostics.tb_events.read_scalars`), then stops."""
 import json
 import os
 import re

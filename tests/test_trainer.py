@@ -11,15 +11,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from common import amp
+from common.checkpoint.train_state import check_train_state, new_train_state
 from common.hooks.base import HookBase
 from common.hooks.lr_scheduler import LRSchedulerHook
 from common.hooks.speedometer import Speedometer
 from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
-from common.logs import setup_run_logging
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.eval_metric import EvalMetric
-from common.train_state import check_train_state, new_train_state
+from common.runtime.logs import setup_run_logging
 from common.trainer import Trainer, TrainingDivergedError
 
 LOGGER = logging.getLogger("test_trainer")

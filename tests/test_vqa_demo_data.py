@@ -95,7 +95,7 @@ def test_every_photo_of_every_split_has_its_boxes_in_the_demos_recorded_box_sour
     import re
     import warnings
 
-    from common.predict import recorded_box_source
+    from common.inference.predictor import recorded_box_source
 
     with open(os.path.join(ROOT, "demo", "run_demo_vqa.sh")) as f:
         record = json.loads(re.search(r'feature_extractor.json" <<JSON\n(.*?)\nJSON', f.read(), re.S).group(1)

@@ -95,7 +95,7 @@ def test_predictions_keep_one_answer_per_question_when_a_sampler_repeats_items(i
     result still has each question once, equal to the plain loader's."""
     from common.data.samplers import DistributedSampler
     from common.engine import load_for_inference
-    from common.evaluation import inference_on_dataset
+    from common.inference.evaluation import inference_on_dataset
     from torch.utils.data import BatchSampler, DataLoader
     from vqa.function.test import Answers
     from vqa.task import TASK

@@ -1,5 +1,5 @@
-"""The web page (``tools/serve_demo.py`` on ``common/web_demo.py``) on tiny trained checkpoints: its backend shows
-what the predictor computes (answers, boxes, the attention painted per word), bad photos and questions give a
+"""The web page (``tools/serve_demo.py`` on ``common/inference/web_demo.py``) on tiny trained checkpoints: its backend
+shows what the predictor computes (answers, boxes, the attention painted per word), bad photos and questions give a
 message, not an exception; and in a real browser (Debian's Chromium through selenium) the page answers a photo
 and a question as the predictor does, shows the error of a file that is not an image and answers again.
 
@@ -25,10 +25,10 @@ from matplotlib import colormaps
 from PIL import Image
 
 from common.data.loading import load_image
-from common.drawing import BOX_COLOUR, CHOSEN_COLOUR, PAINT_ALPHA, thumbnail
 from common.errors import UserInputError
-from common.predict import Predictor
-from common.web_demo import DRAWN_SIDE, MAX_PIXELS, DemoBackend, build_page, launch
+from common.inference import Predictor
+from common.inference.drawing import BOX_COLOUR, CHOSEN_COLOUR, PAINT_ALPHA, thumbnail
+from common.inference.web_demo import DRAWN_SIDE, MAX_PIXELS, DemoBackend, build_page, launch
 from tests.conftest import ROOT, load_task
 from tests.golden import assert_ranking_close, close
 from tests.test_predict import LONG_TEXT, VQA_CFG, bad_photos, cls_run, refcoco_run, vqa_run  # noqa: F401
@@ -403,7 +403,8 @@ def test_setup_env_names_an_unknown_option():
 # ------------------------------------------------------------------------------- the page of every task, served
 @contextlib.contextmanager
 def _served(backend, examples, allowed):
-    """``(url, gradio_client)`` of ``backend``'s page served in this process (:func:`common.web_demo.launch`)."""
+    """``(url, gradio_client)`` of ``backend``'s page served in this process
+    (:func:`common.inference.web_demo.launch`)."""
     from gradio_client import Client
 
     page = build_page(backend, examples, title="test")

@@ -117,14 +117,14 @@ def tensorboard_scalars(model_dir):
 
 def tensorboard_scalars_in(output):
     """``{tag: [(step, value), ...]}`` as TensorBoard shows the scalars of the run in the output folder
-    ``output`` (see :func:`common.tb_events.read_scalars`)."""
-    from common.tb_events import read_scalars
+    ``output`` (see :func:`common.diagnostics.tb_events.read_scalars`)."""
+    from common.diagnostics.tb_events import read_scalars
 
     return read_scalars(os.path.join(output, "tensorboard_logs"))
 
 
 def predictor_inputs(data, split="test"):
-    """The items of ``<data>/<split>.jsonl`` (VCR layout) as :class:`common.predict.Predictor` inputs (image path,
+    """The items of ``<data>/<split>.jsonl`` (VCR layout) as :class:`common.inference.Predictor` inputs (image path,
     question, answers, rationales, boxes, objects, segms). Returns (annotations, inputs)."""
     with open(os.path.join(data, split + ".jsonl")) as f:
         anns = [json.loads(line) for line in f if line.strip()]

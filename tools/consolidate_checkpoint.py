@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common.checkpoint import atomic_save, load_checkpoint_file  # noqa: E402
+from common.checkpoint.checkpointer import write_checkpoint_file, load_checkpoint_file  # noqa: E402
 from common.cli import run_main  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
 
@@ -27,7 +27,7 @@ def main():
         raise UserInputError("{} exists: choose another output path".format(args.out))
     if not os.path.isdir(args.folder):
         raise UserInputError("{} is not a sharded checkpoint folder".format(args.folder))
-    atomic_save(load_checkpoint_file(args.folder), args.out)
+    write_checkpoint_file(load_checkpoint_file(args.folder), args.out)
     print(args.out)
 
 

@@ -6,7 +6,7 @@
 ``--ckpt`` is a checkpoint file (``*.model``) or a hand-off folder (then ``--cfg`` may be left out: the folder's
 ``config.yaml`` is read). ``safetensors`` writes ``model.safetensors``, ``config.yaml``, the run folder's
 predictor files (``predictor.json``: class names or answers) and the task's copies of files its config names
-(VQA: ``answers.txt``) (:mod:`common.handoff`). ``onnx`` writes the task's graph
+(VQA: ``answers.txt``) (:mod:`common.checkpoint.handoff`). ``onnx`` writes the task's graph
 (:meth:`common.task.Task.onnx_graph`; the cls and vqa tasks), then runs it with onnxruntime on 3 inputs of other
 batch sizes and lengths and prints ``max |onnx - eager| = X``; the file's ``metadata_props`` say how to feed it
 (timm's ``pretrained_cfg`` names, values JSON-encoded: docs/export.md); the exit code is 1 when X exceeds 1e-4. A task
@@ -23,13 +23,16 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from common.checkpoint.features import write_feature_handoff  # noqa: E402
+from common.checkpoint.handoff import handoff_config, write_handoff  # noqa: E402
+from common.checkpoint.run_files import RUN_INFO, read_run_info, run_folder  # noqa: E402
 from common.cli import run_main  # noqa: E402
+from common.config.handoff_folder import CONFIG_FILE, is_handoff  # noqa: E402
 from common.engine import load_for_inference  # noqa: E402
-from common.errors import UserInputError  # noqa: E402
-from common.handoff import CONFIG_FILE, handoff_config, is_handoff, write_handoff  # noqa: E402
-from common.onnx_export import (DEFAULT_OPSET, TOLERANCE, ExportRefused, check_onnx, check_opset,  # noqa: E402
-                                check_packages, export_onnx)
-from common.predict import RUN_INFO, find_task, read_run_info, run_folder, write_feature_handoff  # noqa: E402
+from common.errors import ExportRefused, UserInputError  # noqa: E402
+from common.inference.onnx_export import (DEFAULT_OPSET, TOLERANCE, check_onnx, check_opset,  # noqa: E402
+                                          check_packages, export_onnx)
+from common.inference.task_lookup import find_task  # noqa: E402
 from common.task import get_task  # noqa: E402
 
 TASK_PACKAGES = ("vcr", "vqa", "pretrain", "refcoco", "cls")

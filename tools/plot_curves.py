@@ -14,8 +14,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from common.cli import run_main  # noqa: E402
+from common.diagnostics.tb_events import read_scalars  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
-from common.tb_events import read_scalars  # noqa: E402
 
 
 def events_folder(run_dir):

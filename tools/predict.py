@@ -36,8 +36,8 @@ from tqdm import tqdm  # noqa: E402
 from common.cli import run_main  # noqa: E402
 from common.data.box_sources import BOX_SOURCES, DEFAULT_DETECTOR, BoxSource  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
-from common.predict import Predictor  # noqa: E402
-from common.safe_write import atomic_write  # noqa: E402
+from common.fileio.safe_write import atomic_write  # noqa: E402
+from common.inference import Predictor  # noqa: E402
 import cls.task  # noqa: E402,F401  (each import registers its task)
 import pretrain.task  # noqa: E402,F401
 import refcoco.task  # noqa: E402,F401

@@ -5,8 +5,8 @@
 The training run wrote the file when it skipped a step (see docs/debugging.md): the micro-batch, the RNG state
 before its forward, the weights, the loss scale and the autocast dtype. This tool builds the task's model from
 the run's config (``config.yaml`` next to the file, or ``--cfg``), loads those weights and replays forward and
-backward with hooks (:func:`common.nonfinite.replay`), then prints the first module whose output (forward) or
-input gradient (backward) held inf/nan, and what the training run found. Exit code 0 when the replay finds
+backward with hooks (:func:`common.diagnostics.nonfinite.replay`), then prints the first module whose output (forward)
+or input gradient (backward) held inf/nan, and what the training run found. Exit code 0 when the replay finds
 the same place as the run, 1 when it finds another or none (a non-deterministic kernel, another rank's batch).
 """
 import argparse
@@ -19,12 +19,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from common import amp  # noqa: E402
-from common.checkpoint import load_model_state_dict  # noqa: E402
+from common.checkpoint.checkpointer import load_model_state_dict  # noqa: E402
 from common.cli import run_main  # noqa: E402
+from common.diagnostics.nonfinite import Finding, batch_fields, replay  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
+from common.fileio.safe_load import load_tensors  # noqa: E402
 from common.modeling.module import held_random_init_warnings  # noqa: E402
-from common.nonfinite import Finding, batch_fields, replay  # noqa: E402
-from common.safe_load import load_tensors  # noqa: E402
 from common.task import TASKS, get_task  # noqa: E402
 
 

@@ -5,8 +5,8 @@
 Each RUN_FOLDER is a training output folder holding ``run.json`` (written by every training run, see
 docs/debugging.md). The task metric is the best validation value of the run's host metric (``Acc``, ``SoftAcc``,
 ``RefAcc``, ...) over its epochs, in percent, with its epoch; the paper's figure comes from
-:data:`common.paper_results.PAPER_FIGURES` (the table in docs/fidelity.md), with its split; GPU-hours (device-
-hours on the CPU) are the sum over the finished epochs of wall time x processes, resumes included.
+:data:`common.diagnostics.paper_results.PAPER_FIGURES` (the table in docs/fidelity.md), with its split; GPU-hours
+(device- hours on the CPU) are the sum over the finished epochs of wall time x processes, resumes included.
 """
 import argparse
 import math
@@ -16,9 +16,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common.cli import run_main  # noqa: E402
+from common.diagnostics.paper_results import config_name, paper_figure  # noqa: E402
+from common.diagnostics.run_record import FILE, load_record  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
-from common.paper_results import config_name, paper_figure  # noqa: E402
-from common.run_record import FILE, load_record  # noqa: E402
 
 
 def row(folder):

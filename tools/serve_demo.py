@@ -7,7 +7,7 @@ answers, the boxes and the attention of the question's words over the regions.
 
 The text is a question (VQA), a caption with ``[MASK]`` words (pretraining) or a referring expression
 (RefCOCO+); a cls checkpoint takes the photo alone and shows its top-5 classes. The predictor is
-``common.predict.Predictor`` with the flags of ``tools/predict.py``; the page is ``common/web_demo.py``.
+``common.inference.Predictor`` with the flags of ``tools/predict.py``; the page is ``common/inference/web_demo.py``.
 ``--examples`` is a JSON list of ``{"image": FILE, "question": TEXT}`` (or ``"caption"`` / ``"expression"``),
 images relative to the file (``tools/predict.py --questions``'s format); default: four of the demo
 photographs and two shape scenes with a question each (``demo/make_demo_data.py``).
@@ -130,8 +130,8 @@ def main(argv=None):
     except ImportError:
         raise UserInputError("gradio is not installed: run scripts/setup_env.sh --demo (requirements-demo.txt)") \
             from None
-    from common.predict import Predictor
-    from common.web_demo import DemoBackend, build_page, launch
+    from common.inference import Predictor
+    from common.inference.web_demo import DemoBackend, build_page, launch
     from predict import box_source  # tools/predict.py (its import registers every task)
 
     predictor = Predictor.from_checkpoint(args.cfg, args.ckpt, device=args.device, opts=args.opts,

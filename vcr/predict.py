@@ -11,7 +11,8 @@ import re
 
 from common.data.transforms import build_transforms
 from common.errors import UserInputError
-from common.predict import TaskPredictor, top_predictions
+from common.inference.inputs import top_predictions
+from common.inference.predictor import TaskPredictor
 from vcr.data.vcr import NUM_CHOICES, VCRDataset
 from vcr.function.test import TestProbabilities
 

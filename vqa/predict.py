@@ -10,13 +10,14 @@ import re
 import numpy as np
 import torch
 
+from common.checkpoint.run_files import read_run_info
 from common.data.region_features import RegionFeatures
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import build_transforms
 from common.errors import UserInputError
+from common.inference.inputs import top_predictions
+from common.inference.predictor import TaskPredictor, load_feature_extractor, recorded_box_source
 from common.modeling.region_extractor import extract_regions
-from common.predict import (TaskPredictor, load_feature_extractor, read_run_info, recorded_box_source,
-                            top_predictions)
 from vqa.data.answers import AnswerVocab
 from vqa.data.vqa import VQADataset, VQAItems
 

@@ -8,9 +8,9 @@ and rank 0 writes the gathered answers, each question once (the same file as one
 """
 import _init_paths  # noqa: F401
 
-from common import distributed as cdist
 from common.cli import run_main
 from common.engine import test_net
+from common.runtime import distributed as cdist
 from vqa.function.cli import config_opts, parse_args, result_name
 from vqa.task import TASK
 

@@ -10,10 +10,10 @@ writes the predictions as ``{result-name}_vqa2_{split}.json``.
 """
 import _init_paths  # noqa: F401
 
-from common import distributed as cdist
 from common.cli import run_main
 from common.engine import build_loader, inference_device, load_for_inference
-from common.evaluation import inference_on_dataset
+from common.inference.evaluation import inference_on_dataset
+from common.runtime import distributed as cdist
 from vqa.data.vqa_files import load_annotations
 from vqa.function.cli import config_opts, parse_args, result_name
 from vqa.function.evaluation import check_results, evaluate, format_accuracy

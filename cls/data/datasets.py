@@ -15,7 +15,7 @@ from PIL import Image
 from common.data.samplers import resolve_key
 from common.data.storage import list_dir, read_bytes, stored_folder, storage_of
 from common.errors import UserInputError
-from common.safe_load import load_pickle
+from common.fileio.safe_load import load_pickle
 from cls.data.augment import build_augment
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -65,10 +65,10 @@ class ClassificationDataset(torch.utils.data.Dataset):
 
 class CIFAR(ClassificationDataset):
     """A CIFAR "python version" folder (``cifar-10-batches-py`` / ``cifar-100-python``): the split ``train``
-    or ``test``, read with :func:`common.safe_load.load_pickle` (numpy arrays allowed, nothing else).
+    or ``test``, read with :func:`common.fileio.safe_load.load_pickle` (numpy arrays allowed, nothing else).
 
     Raises:
-        FileNotFoundError: a batch file is missing. common.safe_load.UnreadableFileError: a file asks for any
+        FileNotFoundError: a batch file is missing. common.fileio.safe_load.UnreadableFileError: a file asks for any
         other callable, or is not a pickle. UserInputError: an unknown split, a file without the keys, or
         ``storage`` other than 'folder' (the pickles are read whole, not per image).
     """

@@ -1,11 +1,11 @@
 """Image-classification (cls) config: the shared keys plus the timm model and the recipe's augmentation.
 
 The data set (``cls.data``), the model (``cls.modules``) and the metrics (``cls.metrics``) read these keys;
-``KEY_STATUS`` says what each key does here (see :mod:`common.config_keys`).
+``KEY_STATUS`` says what each key does here (see :mod:`common.config.keys`).
 """
 from common.config import common_defaults, task_rules
+from common.config.keys import DONE, key_checker, refused, task_key_status, warned
 from common.config.values import PROBABILITY, Rule, int_at_least, number_at_least
-from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 
 
 def cls_defaults():

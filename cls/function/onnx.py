@@ -3,14 +3,14 @@ import torch
 import torchvision.transforms as T
 
 from cls.data.augment import build_augment
-from common.onnx_export import NamedOutputs, OnnxGraph
+from common.inference.onnx_export import NamedOutputs, OnnxGraph
 
 # Batch size of each example case: case 0 is traced, 1..3 are checked.
 BATCHES = (2, 1, 3, 4)
 
 
 def cls_onnx_graph(cfg, model):
-    """:class:`common.onnx_export.OnnxGraph` of a :class:`cls.modules.TimmClassifier`.
+    """:class:`common.inference.onnx_export.OnnxGraph` of a :class:`cls.modules.TimmClassifier`.
 
     Input ``image`` float32 ``[batch, 3, S, S]``, S = ``DATASET.IMAGE_SIZE``, pixels already normalised by
     ``NETWORK.PIXEL_MEANS`` / ``PIXEL_STDS`` (the test transform's output); output ``label_logits`` float32

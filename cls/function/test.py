@@ -1,12 +1,12 @@
 """cls evaluators: predictions CSV of the test split and the val figures, through the one inference loop
-(:func:`common.evaluation.inference_on_dataset`, fp32)."""
+(:func:`common.inference.evaluation.inference_on_dataset`, fp32)."""
 import csv
 import io
 import os
 
-from common import distributed as cdist
-from common.evaluation import IndexedPredictions
-from common.safe_write import atomic_write
+from common.fileio.safe_write import atomic_write
+from common.inference.evaluation import IndexedPredictions
+from common.runtime import distributed as cdist
 
 
 class PredictionsCSV(IndexedPredictions):

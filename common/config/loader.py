@@ -23,7 +23,7 @@ from yacs.config import CfgNode
 from common.config.compat import CONVERTERS, to_float, to_int
 from common.config.values import SHARED_RULES, value_errors
 from common.errors import UserInputError
-from common.safe_write import atomic_write
+from common.fileio.safe_write import atomic_write
 
 
 class ConfigError(UserInputError):
@@ -286,7 +286,7 @@ def dump_config(cfg, path):
     """Write the effective config as YAML to ``path`` atomically; loading it gives the same config.
 
     Raises:
-        common.safe_write.OutputWriteError: disk full or folder not writable (names the folder).
+        common.fileio.safe_write.OutputWriteError: disk full or folder not writable (names the folder).
     """
     text = yaml.safe_dump(to_plain(cfg), default_flow_style=False, sort_keys=False)
     atomic_write(path, lambda f: f.write(text), binary=False, size_hint=len(text))

@@ -17,7 +17,7 @@ from torchvision.ops import batched_nms
 from torchvision.transforms.functional import pil_to_tensor
 
 from common.errors import UserInputError
-from common.safe_load import load_tensors
+from common.fileio.safe_load import load_tensors
 
 from .loading import load_json
 
@@ -125,7 +125,7 @@ class DetectorBoxes:
     Raises:
         UserInputError: an unknown or single-stage model name (lists the usable ones), or weights that do
             not fit the model (names the missing, unexpected and wrongly shaped keys).
-        FileNotFoundError / common.safe_load.UnreadableFileError: no such file, or not a weights file.
+        FileNotFoundError / common.fileio.safe_load.UnreadableFileError: no such file, or not a weights file.
     """
 
     def __init__(self, name, weights, device="cpu", min_size=800, max_size=1333, conf_thresh=CONF_THRESH,

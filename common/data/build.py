@@ -14,9 +14,9 @@ a cheaper read of the item than ``__getitem__`` that raises the same errors (VCR
 import torch
 from torch.utils.data import DataLoader
 
-from common.logs import get_logger
-from common.preemption import worker_ignore_stop_signals
 from common.registry import Registry
+from common.runtime.logs import get_logger
+from common.runtime.preemption import worker_ignore_stop_signals
 
 from .collate import BatchCollator, canvas_scales
 from .samplers import make_batch_sampler
@@ -67,7 +67,7 @@ def make_dataloader(cfg, mode="train", world_size=1, rank=0, dataset=None, batch
     The dataset receives ``SampleKey(index, epoch, max(RNG_SEED, 0))`` items (epoch 0 in
     evaluation) and draws its random augmentation from ``key.generator()``: a flip depends on
     the seed, the epoch and the sample only, never on the worker, the rank count or a resume. Workers leave
-    SIGTERM and SIGUSR1 to their rank process (:func:`common.preemption.worker_ignore_stop_signals`).
+    SIGTERM and SIGUSR1 to their rank process (:func:`common.runtime.preemption.worker_ignore_stop_signals`).
 
     Args:
         cfg: frozen CfgNode of the task.

@@ -214,3 +214,15 @@ def num_samples(batch) -> int:
         if isinstance(b, torch.Tensor) and b.dim() > 0:
             return b.shape[0]
     return 0
+
+
+def to_device(batch, device):
+    """Move the tensors of a batch (tuple/list, nested lists allowed) to ``device``; a
+    :class:`Batch` stays one, with its names and extras."""
+    if isinstance(batch, Batch):
+        return batch.map(lambda v: to_device(v, device))
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return [to_device(b, device) for b in batch]
+    return batch

@@ -36,8 +36,8 @@ import tarfile
 import numpy as np
 from webdataset.shardlists import expand_urls
 
-from common import safe_write
 from common.errors import UserInputError
+from common.fileio import safe_write
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import torch
 
-from common.events import StepRecord
+from common.step_record import StepRecord
 
 
 class HookBase:
@@ -52,14 +52,14 @@ class TrainContext:
 
     Run-wide: ``net`` (the trained module, DDP-wrapped or not), ``optimizer``, ``lr_scheduler``
     (None: constant LR), ``scaler`` (:class:`common.amp.LossScaler`), ``state`` (the progress dict
-    of :mod:`common.train_state`), ``writer`` (tensorboardX writer on rank 0, else None),
+    of :mod:`common.checkpoint.train_state`), ``writer`` (tensorboardX writer on rank 0, else None),
     ``metrics`` (train metrics or None), ``rank`` (None when not distributed), ``end_epoch``.
 
     Per micro-batch (valid in ``after_step`` / ``after_batch``): ``epoch``; ``micro_batch`` (index
     of the micro-batch in the epoch, from 0); ``batches_per_epoch`` (len of the loader);
     ``step_ended`` (this micro-batch ended an accumulation group: an optimizer step was tried);
     ``step_applied`` (that step was applied, not skipped for inf/nan). The figures (loss, LR, loss
-    scale, timings, samples, memory, ...) are in ``record`` (:class:`common.events.StepRecord`),
+    scale, timings, samples, memory, ...) are in ``record`` (:class:`common.step_record.StepRecord`),
     complete in ``after_batch``.
 
     ``stop_reason``: set by a hook in ``before_train`` or ``after_epoch`` to end training before the next

@@ -1,16 +1,17 @@
 """Checkpoint hooks: at epoch ends and every N optimizer steps (detectron2's ``PeriodicCheckpointer`` role).
 
-The hooks decide when and under which name; what a file holds is the :class:`common.checkpoint.Checkpointer`'s.
+The hooks decide when and under which name; what a file holds is the
+:class:`common.checkpoint.checkpointer.Checkpointer`'s.
 Both run on every rank (the RNG states of all ranks are gathered into the file); only rank 0 writes.
 The TensorBoard writer is flushed before each file is written, so the points up to a checkpoint outlive a
 crash after it (a resumed run hides the later ones, see ``purge_step`` in common/engine.py).
 """
-from common import distributed as cdist
-from common.checkpoint import (best_checkpoint_path, epoch_checkpoint_path, prune_step_checkpoints,
+from common.checkpoint.checkpointer import (best_checkpoint_path, epoch_checkpoint_path, prune_step_checkpoints,
                                step_checkpoint_path)
-from common.logs import get_logger
-from common.preemption import PREEMPTED_EXIT_CODE, Preempted
-from common.train_state import tried_steps
+from common.checkpoint.train_state import tried_steps
+from common.runtime import distributed as cdist
+from common.runtime.logs import get_logger
+from common.runtime.preemption import PREEMPTED_EXIT_CODE, Preempted
 
 from .base import HookBase
 
@@ -26,7 +27,8 @@ class Checkpoint(HookBase):
     also written to ``{prefix}-best.model`` when this epoch is the validation monitor's best.
 
     Args:
-        checkpointer: :class:`common.checkpoint.Checkpointer` (its ``prefix``; its validation monitor's best
+        checkpointer: :class:`common.checkpoint.checkpointer.Checkpointer` (its ``prefix``; its validation monitor's
+        best
             epoch picks the best file, none: no best file).
         frequent (int): save after epochs ``e`` with ``(e + 1) % frequent == 0``.
     """
@@ -76,13 +78,14 @@ class StepCheckpoint(HookBase):
 
 
 class PreemptionCheckpoint(HookBase):
-    """Hook: stop for a :class:`common.preemption.PreemptionGuard` request, with a checkpoint.
+    """Hook: stop for a :class:`common.runtime.preemption.PreemptionGuard` request, with a checkpoint.
 
     At each step boundary (``after_batch`` of a micro-batch that ended a group) and each epoch end but
-    the last, the ranks agree through one MAX all-reduce of the pending flag (:func:`common.distributed.any_rank`),
+    the last, the ranks agree through one MAX all-reduce of the pending flag
+    (:func:`common.runtime.distributed.any_rank`),
     so a signal that reached one rank stops all of them at the same step. Then every rank saves
     ``{prefix}-{epoch:04d}-b{batches:07d}.model`` of the current position (not again when a checkpoint hook
-    has just saved it), waits until rank 0 has written it, and raises :class:`common.preemption.Preempted`.
+    has just saved it), waits until rank 0 has written it, and raises :class:`common.runtime.preemption.Preempted`.
     A signal during validation lets the validation end: the stop comes after the epoch's checkpoint.
     Put it after the other checkpoint hooks.
     """

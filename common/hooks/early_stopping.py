@@ -1,7 +1,7 @@
 """Early stopping: end training when a validation metric has not improved for ``patience`` validations."""
 import math
 
-from common.logs import get_logger
+from common.runtime.logs import get_logger
 
 from .base import HookBase
 

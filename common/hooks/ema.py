@@ -2,9 +2,9 @@
 as its own weights."""
 import os
 
-from common import distributed as cdist
-from common.checkpoint import atomic_save, load_model_state_dict, model_state_fp32, unwrap_model
-from common.logs import get_logger
+from common.checkpoint.checkpointer import load_model_state_dict, model_state_fp32, unwrap_model, write_checkpoint_file
+from common.runtime import distributed as cdist
+from common.runtime.logs import get_logger
 
 from .base import HookBase
 
@@ -74,4 +74,4 @@ class ModelEma(HookBase):
             for name, value in values.items():
                 ctx.writer.add_scalar("Val-EMA-" + name, value, (ctx.epoch + 1) * ctx.batches_per_epoch - 1)
         os.makedirs(os.path.dirname(os.path.abspath(self.prefix)), exist_ok=True)
-        atomic_save({"state_dict": weights}, ema_checkpoint_path(self.prefix))
+        write_checkpoint_file({"state_dict": weights}, ema_checkpoint_path(self.prefix))

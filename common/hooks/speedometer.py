@@ -1,6 +1,6 @@
 """Speedometer hook: the reference's progress line every ``frequent`` micro-batches."""
-from common.events import LogWindow
-from common.logs import get_logger
+from common.runtime.logs import get_logger
+from common.step_record import LogWindow
 
 from .base import HookBase
 
@@ -12,7 +12,7 @@ class Speedometer(HookBase):
 
     Same line as the reference release (log parsers read it), printed on rank 0 only. Speed, ETA and
     the mean seconds per micro-batch of each phase come from the step record over the log window
-    (:class:`common.events.LogWindow`: the micro-batches since the last line; TensorBoard reports the
+    (:class:`common.step_record.LogWindow`: the micro-batches since the last line; TensorBoard reports the
     same samples/s). The train metrics are read on every rank since
     ``get()`` may be a collective.
 

@@ -1,5 +1,5 @@
 """End-of-run summary hook: what a user checks first after a run (loss scale, skipped steps, step time)."""
-from common.logs import get_logger
+from common.runtime.logs import get_logger
 
 from .base import HookBase
 
@@ -10,7 +10,7 @@ class RunSummary(HookBase):
     """Logs on rank 0, when training ends, ``Training summary: N optimizer steps applied, M skipped
     (inf/nan gradients); final loss scale S; T s per optimizer step (K steps in W s of training in
     this run)``. N and M count the whole run (resumes included); K and W are the step record's
-    (:mod:`common.events`) tried optimizer steps and training seconds since this run started
+    (:mod:`common.step_record`) tried optimizer steps and training seconds since this run started
     (validation excluded), T their ratio. A run that resumed with nothing left to train (a rerun of a
     finished one) ends the line with ``no optimizer step in this run (nothing was left to train)``."""
 

@@ -7,7 +7,7 @@ per optimizer step). Validation scalars (``Val-*``, written by the validation mo
 the index of the epoch's last micro-batch. A resumed run's writer drops the points past its
 checkpoint (``purge_step``), so each x has one point.
 """
-from common.events import LogWindow
+from common.step_record import LogWindow
 
 from .base import HookBase
 
@@ -15,9 +15,9 @@ from .base import HookBase
 class TensorBoardHook(HookBase):
     """Writes ``Train-Loss``, ``Train-<metric>``, ``LR/Group_<i>``, ``Loss-Scale``,
     ``grad-para/Total-Norm`` (when clipping), ``Skipped-Steps``, ``Speed/samples_per_s`` (all ranks)
-    and ``Memory/peak_MiB``, from the step record (:mod:`common.events`).
+    and ``Memory/peak_MiB``, from the step record (:mod:`common.step_record`).
 
-    ``log_frequent`` counts micro-batches, as the log line does (:class:`common.events.LogWindow`): the
+    ``log_frequent`` counts micro-batches, as the log line does (:class:`common.step_record.LogWindow`): the
     scalars are written at the end of each optimizer step (applied or skipped) that trained a micro-batch
     whose index in the epoch is a multiple of ``log_frequent`` (every step when ``log_frequent`` <=
     GRAD_ACCUMULATE_STEPS), so a resumed run writes where an uninterrupted one would.

@@ -1,7 +1,7 @@
 """Validation hook: after each epoch run the validation function, track the best host metric."""
 import torch.distributed as dist
 
-from common.logs import get_logger
+from common.runtime.logs import get_logger
 
 from .base import HookBase
 

@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.ops import roi_align
 
+from common.fileio.safe_load import load_tensors
 from common.modeling.backbone import build_resnet, freeze_stages, load_resnet_weights, resnet_channels
 from common.modeling.module import RandomInitWarning
-from common.safe_load import load_tensors
 
 __all__ = ["FastRCNN", "RoIEncoder", "coordinate_embeddings", "clip_boxes"]
 
@@ -240,7 +240,7 @@ class FastRCNN(RoIEncoder):
         construction, like the reference's ``init_weight``. No-op with precomputed features.
 
         Raises:
-            common.safe_load.UnreadableFileError: unreadable, or asks to run code (refused, not run).
+            common.fileio.safe_load.UnreadableFileError: unreadable, or asks to run code (refused, not run).
             ValueError: the file lacks weights of this ResNet (message names the file and keys).
             RuntimeError: a tensor shape differs (wrong ``IMAGE_NUM_LAYERS``).
         """

@@ -28,7 +28,7 @@ _SKIP_PRETRAINED = []
 def checkpoint_sets_weights():
     """Inside: a model build reads no pretrained language weights (the ``NETWORK.BERT_MODEL_NAME`` folder's,
     ``NETWORK.BERT_PRETRAINED``), which a checkpoint's state dict, loaded strictly right after, replaces: a
-    hand-off folder (:mod:`common.handoff`) carries the BERT folder's vocabulary and config, not its weights.
+    hand-off folder (:mod:`common.checkpoint.handoff`) carries the BERT folder's vocabulary and config, not its weights.
     The folder's config is still checked against ``NETWORK.VLBERT``."""
     _SKIP_PRETRAINED.append(True)
     try:

@@ -3,10 +3,10 @@ ViT image encoder share.
 
 A model is ``timm.create_model(name, pretrained=False, **kwargs)`` (timm's "model by name with keyword
 overrides"); its weights come from a timm ``.safetensors`` or ``.pth`` state dict read weights-only by
-:func:`common.safe_load.load_tensors` (nothing in the file runs). Nothing downloads.
+:func:`common.fileio.safe_load.load_tensors` (nothing in the file runs). Nothing downloads.
 """
 from common.errors import UserInputError
-from common.safe_load import load_tensors
+from common.fileio.safe_load import load_tensors
 
 __all__ = ["TimmWeightsError", "arch_kwargs", "load_timm_weights"]
 
@@ -45,7 +45,7 @@ def load_timm_weights(model, path, arch, key="NETWORK.IMAGE_PRETRAINED"):
         list of the model's classifier keys left random (shape differs), else empty.
     Raises:
         FileNotFoundError: no file at ``path``.
-        common.safe_load.UnreadableFileError: unreadable, or it asks to run code (refused, not run).
+        common.fileio.safe_load.UnreadableFileError: unreadable, or it asks to run code (refused, not run).
         TimmWeightsError: keys missing or unexpected, or shapes that differ outside the classifier: the file
             holds another architecture; the message names ``arch``, the one expected.
     """

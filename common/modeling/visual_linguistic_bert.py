@@ -20,10 +20,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common.logs import get_logger
 from common.modeling.module import exporting
 from common.modeling.nlp.heads import BertOnlyMLMHead, MVRCHead, RelationshipHead
 from common.modeling.nlp.modeling import BertEncoder, BertPooler, LayerNorm, attention_bias, init_bert_weights
+from common.runtime.logs import get_logger
 
 logger = get_logger(__name__)
 

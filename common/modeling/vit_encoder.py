@@ -157,7 +157,7 @@ class ViTEncoder(RoIEncoder):
         ``vit``, or warn (:class:`RandomInitWarning`) that it stays random.
 
         Raises:
-            FileNotFoundError, common.safe_load.UnreadableFileError: see
+            FileNotFoundError, common.fileio.safe_load.UnreadableFileError: see
                 :func:`common.modeling.timm_weights.load_timm_weights`.
             common.modeling.timm_weights.TimmWeightsError: the file holds another architecture (a
                 ``UserInputError`` naming ``IMAGE_VIT_ARCH``, the one expected).

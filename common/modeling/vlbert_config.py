@@ -4,13 +4,13 @@ detectron2's ``add_pointrend_config`` does; a task with another model (an image 
 
 Key names and defaults are those the reference release (github jackroos/VL-BERT) declared in every
 task's ``function/config.py``, so its YAML files load unchanged. Next to the keys: what each does
-(:data:`VLBERT_STATUS`, see :mod:`common.config_keys`) and their valid values (:data:`VLBERT_RULES`, see
+(:data:`VLBERT_STATUS`, see :mod:`common.config.keys`) and their valid values (:data:`VLBERT_RULES`, see
 :mod:`common.config.values`); :class:`common.modeling.vlbert_task.VLBertTask` checks the files they name.
 """
 from yacs.config import CfgNode
 
+from common.config.keys import DONE, refused, refused_if, warned
 from common.config.values import PROBABILITY, int_at_least, number_at_least, one_of, Rule
-from common.config_keys import DONE, refused, refused_if, warned
 
 
 def add_vlbert_config(_C):
@@ -211,7 +211,7 @@ VIT_ONLY_KEYS = ("NETWORK.IMAGE_VIT_ARCH", "NETWORK.IMAGE_VIT_ARCH_KWARGS", "NET
 _RESNET_ONLY = refused_if(_vit, "only the ResNet image encoder reads it, and NETWORK.IMAGE_ENCODER is 'vit'")
 _VIT_ONLY = refused_if(lambda cfg: not _vit(cfg), "only the ViT image encoder (NETWORK.IMAGE_ENCODER 'vit') reads it")
 
-# What each key of add_vlbert_config does (common.config_keys); a task's KEY_STATUS may override an entry.
+# What each key of add_vlbert_config does (common.config.keys); a task's KEY_STATUS may override an entry.
 VLBERT_STATUS = dict(
     {key: _TASK_DOES_NOT_READ for key in (
         "DATASET.TASK", "DATASET.BASIC_ALIGN", "DATASET.TRAIN_ANNOTATION_FILE", "DATASET.VAL_ANNOTATION_FILE",

@@ -4,10 +4,10 @@ ids, object-linguistic embeddings, answer classifiers, input packing and frozen-
 import torch
 import torch.nn as nn
 
-from common.logs import get_logger
 from common.modeling.module import Module, exporting
 from common.modeling.nlp.bert_loading import language_pretrained_weights, special_token_ids
 from common.modeling.nlp.modeling import BertPredictionHeadTransform
+from common.runtime.logs import get_logger
 
 logger = get_logger(__name__)
 

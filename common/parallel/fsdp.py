@@ -13,7 +13,8 @@ gradients reduce-scattered after its backward. The groups, innermost first:
 - the root: everything else (embeddings, pooler, heads; tied weights such as the MLM decoder and the word
   embeddings stay together in this group).
 
-Checkpoints keep the layout of unsharded runs (:mod:`common.checkpoint`): :func:`gather_full` makes full tensors of
+Checkpoints keep the layout of unsharded runs (:mod:`common.checkpoint.checkpointer`): :func:`gather_full` makes full
+tensors of
 the shards before a save, :func:`shard_like` and :func:`shard_optimizer_state` cut them again on load, so a checkpoint
 of either strategy and of any world size resumes under the other.
 """

@@ -26,7 +26,7 @@ matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from common.drawing import painted_regions, thumbnail  # noqa: E402
+from common.inference.drawing import painted_regions, thumbnail  # noqa: E402
 
 AXES = ("[layers, heads, query token, key token]: row [l, h, q] holds the attention probabilities of token q "
         "over all tokens in layer l, head h (sums to 1)")

@@ -5,10 +5,10 @@ and what each key does here (``KEY_STATUS``).
 DATASET defaults below.
 """
 from common.config import common_defaults, reference_api, task_rules
+from common.config.keys import DONE, key_checker, refused, task_key_status, warned
 from common.config.values import PROBABILITY, Rule, int_at_least
-from common.config_keys import DONE, key_checker, refused, task_key_status, warned
-from common.modeling.vlbert_config import VLBERT_RULES, VLBERT_STATUS, add_vlbert_config
 from common.data.box_sources import GRID_PATTERN
+from common.modeling.vlbert_config import VLBERT_RULES, VLBERT_STATUS, add_vlbert_config
 
 
 def pretrain_defaults():

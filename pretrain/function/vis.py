@@ -1,12 +1,12 @@
 """What ``pretrain/vis_attention_maps.py`` runs: its items (:func:`build_items`) and its model (:func:`build_model`)."""
 import torch
 
+from common.checkpoint.partial_pretrain import NOT_BACKBONE_PREFIXES, load_vlbert_backbone
 from common.data.box_sources import parse_grid
 from common.data.tokenizer import build_tokenizer
 from common.data.transforms import build_transforms
 from common.errors import UserInputError
 from common.modeling.module import held_random_init_warnings
-from common.partial_pretrain import NOT_BACKBONE_PREFIXES, load_vlbert_backbone
 from pretrain.data.coco_captions import CaptionAttentionDataset, attach_boxes, read_caption_list, read_coco_captions
 from pretrain.task import TASK
 

@@ -130,7 +130,7 @@ class RefCOCO(Dataset):
     reference stops with a KeyError); no database cache files are written.
 
     Raises:
-        FileNotFoundError, RefCOCODataError, common.safe_load.UnreadableFileError: missing or bad data,
+        FileNotFoundError, RefCOCODataError, common.fileio.safe_load.UnreadableFileError: missing or bad data,
             naming the file (see :class:`refcoco.data.refer.Refer`); ValueError: bad arguments.
     """
 

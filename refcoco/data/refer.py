@@ -5,7 +5,7 @@
 - ``refs(unc).p``: a Python pickle of a list of *refs*, one per referred object:
   ``ref_id``, ``ann_id`` (the object's COCO annotation), ``image_id``, ``category_id``, ``split``
   (``train``, ``val``, ``testA``, ``testB``) and ``sentences``, each with ``sent_id``, ``tokens``
-  (lower-case words), ``raw`` and ``sent``. It is read with :func:`common.safe_load.load_pickle`,
+  (lower-case words), ``raw`` and ``sent``. It is read with :func:`common.fileio.safe_load.load_pickle`,
   which builds plain data only: a file that asks to call anything is refused, and nothing in it runs.
 - ``instances.json``: COCO-format ``images`` (``id``, ``width``, ``height``), ``annotations`` (``id``,
   ``image_id``, ``bbox`` = ``[x, y, w, h]`` pixels, ``category_id``) and ``categories``.
@@ -20,7 +20,7 @@ from torchvision.ops import box_convert
 
 from common.data.loading import load_json
 from common.errors import UserInputError
-from common.safe_load import load_pickle
+from common.fileio.safe_load import load_pickle
 
 PREPARE_DOC = "data/PREPARE_DATA.md"
 REFS_FILE = "refs({}).p"
@@ -80,7 +80,7 @@ class Refer:
 
     Raises:
         FileNotFoundError: a file is missing (the message names it and points to the data guide).
-        common.safe_load.UnreadableFileError: ``refs(unc).p`` is not a plain pickle (refused: it asks to
+        common.fileio.safe_load.UnreadableFileError: ``refs(unc).p`` is not a plain pickle (refused: it asks to
             call something, which is not called) or is truncated.
         RefCOCODataError: a field is missing or of the wrong type, or a ref names an annotation or
             image that ``instances.json`` lacks (the message names the file and the ref).

@@ -1,11 +1,11 @@
 """RefCOCO+ config (reference ``refcoco/function/config.py``).
 
 The data set (``refcoco.data``), the model (``refcoco.modules``) and the metrics (``refcoco.metrics``) read
-these keys; ``KEY_STATUS`` says what each key does here (see :mod:`common.config_keys`).
+these keys; ``KEY_STATUS`` says what each key does here (see :mod:`common.config.keys`).
 """
 from common.config import common_defaults, reference_api, task_rules
+from common.config.keys import DONE, key_checker, refused, task_key_status, warned
 from common.config.values import PROBABILITY
-from common.config_keys import DONE, key_checker, refused, task_key_status, warned
 from common.modeling.vlbert_config import (VISUAL_SCALE_RULES, VISUAL_SCALE_STATUS, VLBERT_RULES, VLBERT_STATUS,
                                            add_answer_vocab_config, add_visual_scale_config, add_vlbert_config)
 

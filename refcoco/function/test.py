@@ -1,14 +1,14 @@
 """RefCOCO+ evaluators: the box each expression picks, accuracy per split and the result JSON, through the one
-inference loop (:func:`common.evaluation.inference_on_dataset`, fp32)."""
+inference loop (:func:`common.inference.evaluation.inference_on_dataset`, fp32)."""
 import json
 from collections import OrderedDict
 
 import torch
 
-from common import distributed as cdist
 from common.engine import build_loader, inference_device, load_for_inference
-from common.evaluation import IndexedPredictions, inference_on_dataset
-from common.safe_write import atomic_write
+from common.fileio.safe_write import atomic_write
+from common.inference.evaluation import IndexedPredictions, inference_on_dataset
+from common.runtime import distributed as cdist
 from refcoco.metrics import grounding_correct
 
 

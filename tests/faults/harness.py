@@ -6,7 +6,7 @@ import subprocess
 
 import torch
 
-from common import checkpoint as ck
+from common.checkpoint import checkpointer as ck
 from common.cli import run_main
 from tests.conftest import ROOT
 from tests.faults import tiny_task

@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from common.checkpoint import CheckpointError, load_checkpoint_file
+from common.checkpoint.checkpointer import load_checkpoint_file
+from common.errors import CheckpointError
 from tests.faults import harness
 
 FSDP = ["TRAIN.STRATEGY", "fsdp"]

@@ -2,7 +2,7 @@
 (the tiny task through its entry point, in this process)."""
 import re
 
-from common.tb_events import read_scalars
+from common.diagnostics.tb_events import read_scalars
 from tests.faults import harness
 from tests.tiny_vcr import log_text_in
 

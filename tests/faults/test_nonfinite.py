@@ -1,4 +1,4 @@
-"""Where a non-finite value was born (common/nonfinite.py): through the tiny task's real entry point, a hook
+"""Where a non-finite value was born (common/diagnostics/nonfinite.py): through the tiny task's real entry point, a hook
 in the test makes a named module's output inf (or a named parameter's gradient nan) from some step on; the
 divergence error names that module and direction, and the saved micro-batch replays to the same module with
 tools/replay_step.py."""

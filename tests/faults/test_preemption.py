@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from common.preemption import PREEMPTED_EXIT_CODE, worker_ignore_stop_signals
+from common.runtime.preemption import PREEMPTED_EXIT_CODE, worker_ignore_stop_signals
 from tests.conftest import ROOT
 from tests.faults import harness, tiny_task
 

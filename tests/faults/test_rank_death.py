@@ -7,7 +7,7 @@ import time
 
 from tests.faults import harness
 
-# Far below the process group's collective timeout (common.distributed.DEFAULT_TIMEOUT_S = 1800 s):
+# Far below the process group's collective timeout (common.runtime.distributed.DEFAULT_TIMEOUT_S = 1800 s):
 # the job must end because the death is noticed, not because a collective timed out.
 BOUND_S = 90
 

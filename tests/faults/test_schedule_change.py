@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from common.tb_events import read_scalars
+from common.diagnostics.tb_events import read_scalars
 from tests.faults import harness
 
 FP32 = ["TRAIN.FP16", "False"]

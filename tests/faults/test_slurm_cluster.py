@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from common import distributed as cdist
+from common.runtime import distributed as cdist
 from tests.conftest import ROOT
 from tests.faults import harness, tiny_task
 

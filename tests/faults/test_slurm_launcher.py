@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from common.preemption import PREEMPTED_EXIT_CODE
+from common.runtime.preemption import PREEMPTED_EXIT_CODE
 from tests.conftest import ROOT
 from tests.faults import harness, tiny_task
 from tests.test_distributed import free_port

@@ -1,7 +1,7 @@
 """Files that would run code when unpickled -- a pickle that creates a file through os.system, exec,
 eval or builtins.open -- fed through every path the product loads files by, with and without
 TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1: the file is never created and the error names the refused file.
-A scan fails on any bare torch.load / pickle.load outside common/safe_load.py."""
+A scan fails on any bare torch.load / pickle.load outside common/fileio/safe_load.py."""
 import os
 import pickle
 import re
@@ -10,12 +10,12 @@ import pytest
 import torch
 from yacs.config import CfgNode
 
-from common import checkpoint as ck
+from common.checkpoint import checkpointer as ck
+from common.checkpoint.partial_pretrain import load_partial_pretrain
 from common.engine import load_for_inference
+from common.fileio.safe_load import UnreadableFileError, load_pickle, load_tensors
 from common.modeling.fast_rcnn import FastRCNN
 from common.modeling.nlp.bert_loading import language_pretrained_weights, read_bert_weights
-from common.partial_pretrain import load_partial_pretrain
-from common.safe_load import UnreadableFileError, load_pickle, load_tensors
 from tests.conftest import ROOT
 from tests import tiny_vcr as tiny_vcr_cfg
 from tests.faults import harness, tiny_task
@@ -184,12 +184,12 @@ def test_no_bare_unpickling_outside_safe_load():
         for folder, _, files in os.walk(os.path.join(ROOT, top)):
             for name in files:
                 path = os.path.join(folder, name)
-                if not name.endswith((".py", ".sh")) or os.path.relpath(path, ROOT) == os.path.join("common",
-                                                                                                    "safe_load.py"):
+                if not name.endswith((".py", ".sh")) or os.path.relpath(path, ROOT) == os.path.join(
+                        "common", "fileio", "safe_load.py"):
                     continue
                 with open(path, encoding="utf-8") as f:
                     for number, line in enumerate(f, 1):
                         code = line.split("#")[0]
                         if UNSAFE.search(code):
                             offenders.append("{}:{}: {}".format(os.path.relpath(path, ROOT), number, line.strip()))
-    assert offenders == [], "load files through common.safe_load:\n" + "\n".join(offenders)
+    assert offenders == [], "load files through common.fileio.safe_load:\n" + "\n".join(offenders)

@@ -13,7 +13,7 @@ import warnings
 import pytest
 import torch
 
-from common import checkpoint as ck
+from common.checkpoint import checkpointer as ck
 from common.modeling.module import RandomInitWarning
 from tests.conftest import ROOT
 from tests.faults import vcr_data

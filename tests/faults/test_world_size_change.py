@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from common.checkpoint import load_checkpoint_file
+from common.checkpoint.checkpointer import load_checkpoint_file
 from tests.faults import harness, tiny_task
 
 BATCH, DONE = 2, 3  # micro-batch size; micro-batches per rank in the checkpoint

@@ -49,12 +49,12 @@ from tensorboardX import SummaryWriter  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
-from common import safe_write  # noqa: E402
 from common.cli import config_from_args, run_main, train_argument_parser  # noqa: E402
 from common.config import common_defaults  # noqa: E402
 from common.data.build import register_dataset  # noqa: E402
 from common.data.samplers import resolve_key  # noqa: E402
 from common.engine import train_net  # noqa: E402
+from common.fileio import safe_write  # noqa: E402
 from common.metrics.composite_eval_metric import CompositeEvalMetric  # noqa: E402
 from common.metrics.loss_logger import LossLogger  # noqa: E402
 from common.modeling.module import Module  # noqa: E402

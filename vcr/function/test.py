@@ -1,11 +1,11 @@
 """VCR evaluators: per-item correctness on val, the leaderboard CSV of answer probabilities on test; both run
-through the one inference loop (:func:`common.evaluation.inference_on_dataset`, fp32)."""
+through the one inference loop (:func:`common.inference.evaluation.inference_on_dataset`, fp32)."""
 import torch
 import torch.nn.functional as F
 
-from common import distributed as cdist
 from common.engine import build_loader, inference_device, load_for_inference
-from common.evaluation import LABEL, IndexedPredictions, inference_on_dataset
+from common.inference.evaluation import LABEL, IndexedPredictions, inference_on_dataset
+from common.runtime import distributed as cdist
 from vcr.function.result_csv import write_result_csv
 
 

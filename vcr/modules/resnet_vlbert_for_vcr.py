@@ -4,7 +4,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common.data.collate import TEXT_PAD
-from common.checkpoint import CheckpointError
+from common.errors import CheckpointError
 from common.errors import UserInputError
 from common.modeling.image_encoder import build_image_encoder
 from common.modeling.nlp.heads import MVRCHeadTransform
@@ -194,7 +194,7 @@ def pretrain_renames(parsed, raw, source, segmb_init=False, load_rel_head=False)
     Returns:
         ``parsed`` with the changes above.
     Raises:
-        common.checkpoint.CheckpointError: ``segmb_init`` but no token-type embeddings after renaming.
+        common.errors.CheckpointError: ``segmb_init`` but no token-type embeddings after renaming.
     """
     if load_rel_head and REL_HEAD + ".weight" in raw:
         for suffix in (".weight", ".bias"):

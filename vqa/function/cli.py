@@ -3,7 +3,7 @@ its default and whether the JSON is written by default)."""
 import argparse
 import os
 
-from common import distributed as cdist
+from common.runtime import distributed as cdist
 
 # mode -> (description, batch-size key, split key, default split, default result folder)
 MODES = {

@@ -1,8 +1,8 @@
 """VQA config: the shared defaults plus VQA's own keys (reference ``vqa/function/config.py``), and what
 each key does here (``KEY_STATUS``)."""
 from common.config import common_defaults, reference_api, task_rules
+from common.config.keys import DONE, key_checker, refused, refused_if, task_key_status, warned
 from common.config.values import PROBABILITY, int_at_least, one_of
-from common.config_keys import DONE, key_checker, refused, refused_if, task_key_status, warned
 from common.modeling.vlbert_config import (VISUAL_SCALE_RULES, VISUAL_SCALE_STATUS, VLBERT_RULES, VLBERT_STATUS,
                                            add_answer_vocab_config, add_visual_scale_config, add_vlbert_config)
 

@@ -1,7 +1,7 @@
 """The VQA task's ONNX graph: boxes (with precomputed region features, or pixels), a question, answer logits."""
 import torch
 
-from common.onnx_export import NamedOutputs, OnnxGraph
+from common.inference.onnx_export import NamedOutputs, OnnxGraph
 from vqa.data.answers import AnswerVocab
 
 # (batch, boxes, question length, image width, image height) of each example case: case 0 is traced, 1..3 are
@@ -38,7 +38,7 @@ def _example(case, feat_dim, vocab_size, pixels):
 
 
 def vqa_onnx_graph(cfg, model):
-    """:class:`common.onnx_export.OnnxGraph` of a :class:`vqa.modules.ResNetVLBERT`.
+    """:class:`common.inference.onnx_export.OnnxGraph` of a :class:`vqa.modules.ResNetVLBERT`.
 
     Inputs (dynamic axes: ``batch``, ``boxes``, ``text``, and an image's ``height``, ``width``): with
     ``NETWORK.IMAGE_FEAT_PRECOMPUTED``, ``boxes`` float32 ``[batch, boxes, 4 + 2048]`` (x1, y1, x2, y2 in pixels,

@@ -1,12 +1,12 @@
 """VQA evaluators: the top answer of every question, gathered over ranks, for the EvalAI result JSON and
 for the official evaluation of ``vqa/val.py``; both run through the one inference loop
-(:func:`common.evaluation.inference_on_dataset`, fp32)."""
+(:func:`common.inference.evaluation.inference_on_dataset`, fp32)."""
 import json
 import os
 
-from common import distributed as cdist
-from common.evaluation import IndexedPredictions
-from common.safe_write import atomic_write
+from common.fileio.safe_write import atomic_write
+from common.inference.evaluation import IndexedPredictions
+from common.runtime import distributed as cdist
 
 
 class Answers(IndexedPredictions):

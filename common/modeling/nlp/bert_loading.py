@@ -16,9 +16,9 @@ import warnings
 
 
 from common.errors import UserInputError
-from common.logs import get_logger
+from common.fileio.safe_load import load_tensors
 from common.modeling.module import RandomInitWarning, pretrained_weights_skipped
-from common.safe_load import load_tensors
+from common.runtime.logs import get_logger
 
 logger = get_logger(__name__)
 

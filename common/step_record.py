@@ -15,7 +15,7 @@ from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 
-from common.train_state import tried_steps
+from common.checkpoint.train_state import tried_steps
 
 PHASES = ("data", "transfer", "forward", "backward", "optimizer", "metric")
 
@@ -79,7 +79,8 @@ class StepRecord:
 
     def write_step(self, loss: float, optimizer, scaler, grad_norm: Optional[float], state: dict,
                    device: torch.device) -> None:
-        """Record the optimizer step just tried: ``state`` is the loop's progress (:mod:`common.train_state`)."""
+        """Record the optimizer step just tried: ``state`` is the loop's progress
+        (:mod:`common.checkpoint.train_state`)."""
         self.tried_steps = tried_steps(state)
         self.skipped_steps = state["skipped_steps"]
         self.loss, self.grad_norm = loss, grad_norm

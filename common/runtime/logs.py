@@ -13,7 +13,7 @@ import logging
 import logging.handlers
 import sys
 
-from common.rank_errors import launch_rank
+from common.runtime.rank_errors import launch_rank
 
 NAME = "vlbert"
 WARNINGS = "py.warnings"  # the logger of logging.captureWarnings

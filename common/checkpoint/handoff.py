@@ -12,34 +12,29 @@ Layout (Hugging Face's convention of one folder per model, ``model.safetensors``
     predictor.json ...  the files of the checkpoint's run folder that the predictor reads (class names, answers)
     answers.txt, ...    the task's copies of files its config names (:meth:`common.task.Task.handoff_files`)
     feature_extractor.json, image_encoder.*   the image encoder of a model trained on precomputed region features
-                        and its box source (:func:`common.predict.write_feature_handoff`)
+                        and its box source (:func:`common.checkpoint.features.write_feature_handoff`)
 
-``common.engine.load_for_inference`` (``val.py``, ``test.py``) and ``common.predict.Predictor.from_checkpoint``
+``common.engine.load_for_inference`` (``val.py``, ``test.py``) and ``common.inference.Predictor.from_checkpoint``
 take such a folder wherever they take a checkpoint file; :meth:`common.task.Task.load_config` reads its
-``config.yaml`` with the copied files' keys pointing at the copies (:func:`handoff_opts`).
+``config.yaml`` with the copied files' keys pointing at the copies
+(:func:`common.config.handoff_folder.handoff_opts`).
 """
 import json
 import os
 
 from common.modeling.nlp.bert_loading import CONFIG_FILES, VOCAB_FILE
 
-from safetensors import safe_open
 from safetensors.torch import load_file, save
 
-from common.checkpoint import CheckpointError, model_state_fp32
+from common.checkpoint.checkpointer import model_state_fp32
 from common.config import dump_config
-from common.safe_write import atomic_write
+from common.config.handoff_folder import CONFIG_FILE, WEIGHTS_FILE, handoff_metadata
+from common.errors import CheckpointError
+from common.fileio.safe_write import atomic_write
 
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.yaml"
 BERT_FOLDER = "bert"
 # Files that only initialise weights the hand-off's model.safetensors holds: empty in its config.yaml.
 INIT_WEIGHT_KEYS = ("NETWORK.BERT_PRETRAINED", "NETWORK.IMAGE_PRETRAINED", "NETWORK.PARTIAL_PRETRAIN")
-
-
-def is_handoff(path):
-    """Whether ``path`` is a hand-off folder (a folder holding :data:`WEIGHTS_FILE`)."""
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, WEIGHTS_FILE))
 
 
 def write_handoff(folder, task, cfg, model, run_files=()):
@@ -115,45 +110,24 @@ def _set_config_value(cfg, key, value):
     setattr(node, last, value)
 
 
-def handoff_opts(config_path):
-    """``[KEY, PATH, ...]``: each copied file's config key and the copy's path, when ``config_path`` is the
-    ``config.yaml`` of a hand-off folder; ``[]`` otherwise."""
-    if not config_path or os.path.basename(config_path) != CONFIG_FILE:
-        return []
-    folder = os.path.dirname(os.path.abspath(config_path))
-    if not is_handoff(folder):
-        return []
-    files = json.loads(_metadata(folder).get("files", "{}"))
-    return [x for name, key in files.items() if key for x in (key, os.path.join(folder, name))]
-
-
 def handoff_task_name(folder):
     """The task name the hand-off ``folder`` was written for (None for a folder written without one).
 
     Raises:
         CheckpointError: its weights file is unreadable.
     """
-    return _metadata(folder).get("task")
-
-
-def _metadata(folder):
-    path = os.path.join(folder, WEIGHTS_FILE)
-    try:
-        with safe_open(path, framework="pt") as f:
-            return f.metadata() or {}
-    except Exception as e:  # safetensors raises its own error types for a truncated or foreign file
-        raise CheckpointError("{} is not a readable safetensors file ({})".format(path, e)) from None
+    return handoff_metadata(folder).get("task")
 
 
 def handoff_config(folder, task, opts=()):
     """The frozen config of the hand-off ``folder`` for ``task``: its ``config.yaml``, with each copied file's
-    config key set to the copy in the folder (:func:`handoff_opts`), then ``opts``.
+    config key set to the copy in the folder (:func:`common.config.handoff_folder.handoff_opts`), then ``opts``.
 
     Raises:
         CheckpointError: the folder was written for another task, or its weights file is unreadable.
         common.config.ConfigError: as :meth:`common.task.Task.load_config`.
     """
-    metadata = _metadata(folder)
+    metadata = handoff_metadata(folder)
     if metadata.get("task", task.name) != task.name:
         raise CheckpointError("{} holds a '{}' model, not a '{}' one".format(folder, metadata["task"], task.name))
     return task.load_config(os.path.join(folder, CONFIG_FILE), list(opts))
@@ -165,7 +139,7 @@ def read_handoff(folder):
     Raises:
         CheckpointError: the weights file is unreadable. FileNotFoundError: no ``config.yaml``.
     """
-    _metadata(folder)  # a clear error for a foreign or truncated file
+    handoff_metadata(folder)  # a clear error for a foreign or truncated file
     with open(os.path.join(folder, CONFIG_FILE), encoding="utf-8") as f:
         config = f.read()
     return {"state_dict": load_file(os.path.join(folder, WEIGHTS_FILE), device="cpu"), "config": config}

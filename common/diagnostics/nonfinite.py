@@ -15,7 +15,8 @@ floor), each micro-batch of the group is replayed on the same weights with the s
 Buffers (BatchNorm statistics), the RNG state and the gradients are put back afterwards, so a run that goes
 on (fp32 / bf16 after one skipped step) is not changed by the replay. The batch, the RNG state, the weights
 and the finding are written to ``nonfinite-step{N}.pt`` in the run folder (readable by
-``common.safe_load.load_tensors``); ``python tools/replay_step.py FILE`` replays it in a fresh process (:func:`replay_file`).
+``common.fileio.safe_load.load_tensors``); ``python tools/replay_step.py FILE`` replays it in a fresh process
+(:func:`replay_file`).
 """
 import math
 import os
@@ -24,8 +25,8 @@ from typing import Callable, List, Optional
 
 import torch
 
-from common.data.collate import Batch
-from common.safe_write import atomic_write
+from common.data.collate import Batch, to_device
+from common.fileio.safe_write import atomic_write
 
 FILE_PATTERN = "nonfinite-step{}.pt"
 
@@ -89,14 +90,6 @@ def unwrap(net: torch.nn.Module) -> torch.nn.Module:
     return getattr(net, "module", net)
 
 
-def _to_device(value, device):
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, (list, tuple)):
-        return [_to_device(v, device) for v in value]
-    return value
-
-
 def get_rng_state(device: torch.device) -> dict:
     """The torch RNG state a forward draws from: ``{'cpu': uint8 tensor, 'cuda': uint8 tensor or None}``."""
     return {"cpu": torch.get_rng_state(),
@@ -158,7 +151,7 @@ def replay(model: torch.nn.Module, batch, rng: dict, autocast: Callable, loss_sc
         for p in grads:
             p.grad = None
         set_rng_state(rng, device)
-        fields = _to_device(list(batch), device)
+        fields = to_device(list(batch), device)
         with torch.enable_grad():
             with autocast():
                 outputs, loss = type(model).forward(model, *fields)  # eager, past a compiled forward

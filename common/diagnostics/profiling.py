@@ -15,9 +15,9 @@ import os
 
 import torch
 
-from common.events import LogWindow
 from common.hooks.base import HookBase
-from common.logs import get_logger
+from common.runtime.logs import get_logger
+from common.step_record import LogWindow
 
 logger = get_logger(__name__)
 
@@ -87,7 +87,7 @@ class StepProfiler(HookBase):
 
 class DataWaitWarning(HookBase):
     """Warn (rank 0, once per epoch) when waiting for data is over :data:`DATA_WAIT_SHARE` of a logging window's
-    training time (:class:`common.events.LogWindow`, the log line's window).
+    training time (:class:`common.step_record.LogWindow`, the log line's window).
 
     Args:
         frequent: LOG_FREQUENT.

@@ -20,7 +20,7 @@ import signal
 import threading
 import time
 
-from common.logs import get_logger
+from common.runtime.logs import get_logger
 
 # sysexits.h EX_TEMPFAIL ("temporary failure, try again"): a checkpoint was written, requeue the job.
 PREEMPTED_EXIT_CODE = 75

@@ -1,4 +1,5 @@
-"""Checkpoints: atomic saving, safe loading and exact resume (partial pretrain loading: common.partial_pretrain).
+"""Checkpoints: atomic saving, safe loading and exact resume (partial pretrain loading:
+common.checkpoint.partial_pretrain).
 
 File layout (the reference release's, plus mid-epoch files of our own)::
 
@@ -10,10 +11,10 @@ Each file is a dict. The reference's keys come first: ``state_dict`` (model, fp3
 ``module.`` prefix), ``optimizer``, ``validation_monitor``; ours follow: ``amp`` (loss scaler),
 ``lr_scheduler``, ``rng`` (one entry per rank), ``train_state`` (epoch, batches done in the
 epoch, optimizer steps) and ``config`` (YAML text). Everything is plain tensors and builtins,
-so the weights-only reader of :mod:`common.safe_load` reads it without running code from the file.
+so the weights-only reader of :mod:`common.fileio.safe_load` reads it without running code from the file.
 
 The checkpointer layout follows maskrcnn-benchmark ``utils/checkpoint.py``; files are written
-atomically by :mod:`common.safe_write` and read by :mod:`common.safe_load`.
+atomically by :mod:`common.fileio.safe_write` and read by :mod:`common.fileio.safe_load`.
 """
 import collections
 import logging
@@ -27,22 +28,19 @@ import torch
 import yaml
 from torch.distributed.checkpoint import CheckpointException
 
-from common import distributed as cdist
+from common.checkpoint.rng import rng_state, set_rng_state
+from common.checkpoint.sharded import is_sharded_checkpoint, read_sharded_checkpoint, save_sharded_checkpoint
+from common.checkpoint.train_state import check_train_state, new_train_state
+from common.errors import CheckpointError
+from common.fileio.safe_load import UnreadableFileError, load_tensors
+from common.fileio.safe_write import OutputWriteError, atomic_write
 from common.parallel.fsdp import gather_full, is_sharded, shard_like, shard_optimizer_state
-from common.parallel.sharded_checkpoint import is_sharded_checkpoint, read_sharded_checkpoint, save_sharded_checkpoint
-from common.rng import rng_state, set_rng_state
-from common.safe_load import UnreadableFileError, load_tensors
-from common.safe_write import OutputWriteError, atomic_write
-from common.train_state import check_train_state, new_train_state
+from common.runtime import distributed as cdist
 
 logger = logging.getLogger("vlbert.checkpoint")  # a child of the training logger (common.cli)
 
 _STEP_FILE = re.compile(r"-(\d{4})-b(\d{7})\.model$")
 _EPOCH_FILE = re.compile(r"-(\d{4})\.model$")
-
-
-class CheckpointError(RuntimeError):
-    """A file that is not a usable checkpoint, or a state dict that does not fit the model."""
 
 
 # --------------------------------------------------------------------------------------------- #
@@ -90,9 +88,10 @@ def list_checkpoints(prefix):
 # --------------------------------------------------------------------------------------------- #
 # Saving
 # --------------------------------------------------------------------------------------------- #
-def atomic_save(obj, path):
-    """``torch.save`` through :func:`common.safe_write.atomic_write`: never a torn file, ``open()``'s
-    permissions; a stale ``.{name}.*.tmp`` of a killed write is removed by :func:`remove_stale_temp_files`.
+def write_checkpoint_file(obj, path):
+    """Write the checkpoint dict ``obj`` as the file ``path`` (``torch.save``) through the one atomic writer,
+    :func:`common.fileio.safe_write.atomic_write`: never a torn file, ``open()``'s permissions; a stale
+    ``.{name}.*.tmp`` of a killed write is removed by :func:`remove_stale_temp_files`.
 
     Raises:
         OutputWriteError: disk full, folder not writable, ... (names the folder and the cause).
@@ -173,7 +172,7 @@ def make_checkpoint(model, optimizer, validation_monitor=None, scaler=None, lr_s
         optimizer: ``torch.optim.Optimizer``.
         validation_monitor, scaler, lr_scheduler: objects with ``state_dict()``, or dicts;
             None leaves the key out.
-        train_state: the loop's progress dict (:mod:`common.train_state`), or None.
+        train_state: the loop's progress dict (:mod:`common.checkpoint.train_state`), or None.
         config: CfgNode, dict or YAML text.
         rng: list of :func:`rng_state` per rank (default: this process's only).
         extra: dict key -> object with ``state_dict()`` (a stateful hook: ``ema``, ``early_stopping``).
@@ -196,7 +195,7 @@ def make_checkpoint(model, optimizer, validation_monitor=None, scaler=None, lr_s
 def save_checkpoint(paths, model, optimizer, async_save=False, **kwargs):
     """Write :func:`make_checkpoint` atomically to ``paths`` (one path or a list) on rank 0; of a model sharded
     by FSDP, a sharded checkpoint folder under each path, each rank writing its shards
-    (:mod:`common.parallel.sharded_checkpoint`; ``async_save``: in the background).
+    (:mod:`common.checkpoint.sharded`; ``async_save``: in the background).
 
     Every rank must call it: the ranks' RNG states are gathered (a collective) so a resumed
     run continues each rank's random stream, and the shards of an FSDP model, optimizer and EMA
@@ -204,7 +203,7 @@ def save_checkpoint(paths, model, optimizer, async_save=False, **kwargs):
     ``kwargs`` go to :func:`make_checkpoint`.
 
     Returns:
-        None, or of a sharded save the :class:`common.parallel.sharded_checkpoint.PendingSave` to wait for.
+        None, or of a sharded save the :class:`common.checkpoint.sharded.PendingSave` to wait for.
     Raises:
         OutputWriteError: an OS failure (disk full, folder not writable, ...); the message names the
             folder, the cause and the last good checkpoint, which stays intact.
@@ -218,7 +217,7 @@ def save_checkpoint(paths, model, optimizer, async_save=False, **kwargs):
     ckpt = make_checkpoint(model, optimizer, rng=rng, **kwargs)
     for path in [paths] if isinstance(paths, str) else paths:
         try:
-            atomic_save(ckpt, path)
+            write_checkpoint_file(ckpt, path)
         except OutputWriteError as e:
             raise OutputWriteError("{}; {}".format(e, _what_is_safe(path))) from e
         logger.info("Saved checkpoint %s", path)
@@ -237,8 +236,8 @@ def prune_step_checkpoints(prefix, keep):
 # Loading
 # --------------------------------------------------------------------------------------------- #
 def load_checkpoint_file(path):
-    """Read a checkpoint dict on the CPU through :func:`common.safe_load.load_tensors` (nothing in it runs); a
-    sharded checkpoint folder through :func:`common.parallel.sharded_checkpoint.read_sharded_checkpoint`, as one
+    """Read a checkpoint dict on the CPU through :func:`common.fileio.safe_load.load_tensors` (nothing in it runs); a
+    sharded checkpoint folder through :func:`common.checkpoint.sharded.read_sharded_checkpoint`, as one
     dict of full tensors (DCP's index, ``.metadata``, is a pickle: read only folders you trust).
 
     Raises:
@@ -261,7 +260,7 @@ def load_checkpoint_file(path):
 
 
 def _read_folder(path):
-    """:func:`common.parallel.sharded_checkpoint.read_sharded_checkpoint`; DCP's errors on a missing or torn shard
+    """:func:`common.checkpoint.sharded.read_sharded_checkpoint`; DCP's errors on a missing or torn shard
     become one CheckpointError naming the folder."""
     try:
         return read_sharded_checkpoint(path)

@@ -2,7 +2,7 @@
 ``torch.distributed.checkpoint`` (DCP).
 
 A checkpoint of ``TRAIN.STRATEGY: fsdp`` keeps the name of a checkpoint file (``{prefix}-0003.model``, see
-:mod:`common.checkpoint`) but is a folder::
+:mod:`common.checkpoint.checkpointer`) but is a folder::
 
     {prefix}-0003.model/
         __0_0.distcp, __1_0.distcp, ...   the tensors, each rank's shard (DCP's FileSystemWriter)
@@ -28,8 +28,8 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from common import distributed as cdist
-from common.safe_load import load_tensors
+from common.fileio.safe_load import load_tensors
+from common.runtime import distributed as cdist
 
 REST_FILE = "rest.pt"
 _SLOT = "__dcp_tensor__"  # marks where a tensor of the DCP part goes back into the rest's structure
@@ -141,8 +141,8 @@ def save_sharded_checkpoint(ckpt, paths, async_save=False, logger=None):
     rank: each rank writes its shards, rank 0 the rest; a second path is a copy of the first.
 
     Args:
-        ckpt: :func:`common.checkpoint.make_checkpoint`'s dict before gathering (model, optimizer and EMA shards).
-        paths: one path or a list.
+        ckpt: :func:`common.checkpoint.checkpointer.make_checkpoint`'s dict before gathering (model, optimizer and EMA
+        shards). paths: one path or a list.
         async_save: write the shards in a background thread (``dcp.async_save``): the call returns once the
             tensors are copied to host memory; the folders get their names when the writes end.
     Returns:
@@ -179,7 +179,7 @@ def read_sharded_checkpoint(path):
     """The checkpoint dict of the folder ``path`` with full tensors on the CPU (one process, no collective).
 
     Raises:
-        common.safe_load.UnreadableFileError: ``rest.pt`` is missing, unreadable or asks to run code.
+        common.fileio.safe_load.UnreadableFileError: ``rest.pt`` is missing, unreadable or asks to run code.
         FileNotFoundError, RuntimeError: DCP's own errors on missing or torn shards.
     """
     rest = load_tensors(os.path.join(path, REST_FILE), "checkpoint", allowed_globals=[collections.Counter])

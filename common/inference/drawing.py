@@ -1,6 +1,6 @@
 """Drawing regions on photos: a thumbnail with its boxes, numbered boxes, and a value per region painted over
 the photo (the attention maps of ``pretrain/function/attention_maps.py`` and the web page of
-``common/web_demo.py``)."""
+``common/inference/web_demo.py``)."""
 import numpy as np
 from PIL import ImageDraw
 

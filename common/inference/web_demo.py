@@ -2,7 +2,7 @@
 attention of the text's words over the regions out.
 
 Two parts: :class:`DemoBackend`, the page's function (no gradio: it reads the photo, calls the
-:class:`common.predict.Predictor` and draws what the page shows), and :func:`build_page`, the gradio page on it.
+:class:`common.inference.Predictor` and draws what the page shows), and :func:`build_page`, the gradio page on it.
 """
 import contextlib
 import html
@@ -12,8 +12,8 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from common.data.loading import load_image
-from common.drawing import draw_boxes, paint_regions, thumbnail
 from common.errors import UserInputError
+from common.inference.drawing import draw_boxes, paint_regions, thumbnail
 
 __all__ = ["MAX_PIXELS", "DemoBackend", "DemoResult", "build_page", "launch", "read_photo"]
 
@@ -70,7 +70,7 @@ class DemoResult:
         scores (dict): ``{label: score}`` of the best answers, best first (the first ``[MASK]``'s words for a
             caption), for ``gradio.Label``.
         boxes_image (PIL.Image or None): the photo with its numbered boxes (the chosen one in red).
-        attention (dict or None): the input's attention (:meth:`common.predict.Predictor.attention` less its
+        attention (dict or None): the input's attention (:meth:`common.inference.Predictor.attention` less its
             ``result``; see :meth:`DemoBackend.attention_tiles`).
     """
 
@@ -83,7 +83,7 @@ class DemoBackend:
     """The page's function on a predictor: ``backend(photo_path, text)`` -> :class:`DemoResult`.
 
     Args:
-        predictor: a :class:`common.predict.Predictor`.
+        predictor: a :class:`common.inference.Predictor`.
         topk (int): answers kept (per ``[MASK]``).
         max_pixels (int): the largest photo accepted (:func:`read_photo`).
     Attributes:
@@ -113,7 +113,7 @@ class DemoBackend:
     def __call__(self, path, text="", name=None):
         """Answer one request; a bad input gives a result with only ``message`` set (never an exception).
 
-        One forward: the predictor's own call (:meth:`common.predict.Predictor.attention` for a model with text,
+        One forward: the predictor's own call (:meth:`common.inference.Predictor.attention` for a model with text,
         which also keeps the VL-BERT's attention).
         Args:
             path (str or None): the photo file. text (str): the question, caption or expression (ignored for

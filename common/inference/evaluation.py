@@ -13,9 +13,9 @@ candidates tie, and argmax then picks the first).
 """
 import torch
 
-from common import distributed as cdist
+from common.data.collate import to_device
 from common.parallel.fsdp import gathered_for_inference
-from common.trainer import to_device
+from common.runtime import distributed as cdist
 
 # Extra under which the loop hands the batch's label to the evaluator (see MetricEvaluator).
 LABEL = "label"

@@ -1,6 +1,6 @@
 """Use a trained model on raw inputs: ``Predictor.from_checkpoint(cfg, ckpt)(inputs)`` for every task.
 
-    from common.predict import Predictor
+    from common.inference import Predictor
     predictor = Predictor.from_checkpoint("cfgs/vqa/demo_cpu.yaml", "output/.../vl-bert_demo_vqa-best.model")
     predictor({"image": "photo.jpg", "question": "what colour is the ball ?"})
     # [{"image": "photo.jpg", "question": "...", "predictions": [{"label": "red", "index": 3, "score": 0.91}, ...],
@@ -11,7 +11,7 @@ The shape follows detectron2's ``DefaultPredictor`` (config -> model -> checkpoi
 load (:func:`common.engine.load_for_inference`: weights-only, eval mode), the inputs become the task data
 set's tensors through the data set's own item code, the batch is collated by the data loader's collator (the
 fixed SCALES canvas, the pad values) and run through the one inference loop
-(:func:`common.evaluation.inference_on_dataset`, fp32), so a prediction equals what ``test.py`` computes for
+(:func:`common.inference.evaluation.inference_on_dataset`, fp32), so a prediction equals what ``test.py`` computes for
 the same item.
 
 Each task supplies a :class:`TaskPredictor` from its own folder (``<task>/predict.py``, returned by
@@ -20,189 +20,34 @@ Each task supplies a :class:`TaskPredictor` from its own folder (``<task>/predic
 an output is the input's JSON-able fields plus ``predictions``, a list, best first, of
 ``{"label": str, "index": int, "score": float}`` (and the task's extra keys).
 
-Files next to the checkpoint (its run folder) that the predictor reads:
-
-- :data:`RUN_INFO` (``predictor.json``): written by training (:meth:`common.task.Task.run_info`): the class
-  names of a classifier, the answer vocabulary of a VQA model.
-- :data:`FEATURE_INFO` (``feature_extractor.json``): how the precomputed region features a model was trained
-  on were made (``{"cfg": ..., "opts": [...], "weights": ..., "box_source": {"kind": ..., ...}}``, paths
-  relative to the working folder, or, in a hand-off folder, to that folder), written by
-  ``demo/run_demo_vqa.sh`` and :func:`write_feature_handoff`; ``feature_weights=`` overrides its weights.
+The predictor reads the files next to the checkpoint (its run folder, :mod:`common.checkpoint.run_files`): the
+class names or answers (``predictor.json``) and how precomputed region features were made
+(``feature_extractor.json``; ``feature_weights=`` overrides its weights).
 """
 import contextlib
-import json
 import os
 import warnings
 
-import numpy as np
 import torch
-import yaml
-from PIL import Image
-from safetensors.torch import save as save_safetensors
 
-from common.checkpoint import CheckpointError, load_checkpoint_file, load_model_state_dict
-from common.config import ConfigError, dump_config
-from common.data.box_sources import DEFAULT_DETECTOR, BoxSource
+from common.checkpoint.checkpointer import load_checkpoint_file, load_model_state_dict
+from common.checkpoint.features import DEFAULT_GRID, feature_config, feature_record
+from common.checkpoint.handoff import handoff_config, handoff_task_name, read_handoff
+from common.checkpoint.sharded import is_sharded_checkpoint
+from common.config import ConfigError
+from common.config.handoff_folder import CONFIG_FILE, is_handoff
+from common.data.box_sources import BoxSource
 from common.data.collate import BatchCollator, canvas_scales
-from common.data.loading import load_image, to_rgb
-from common.errors import UserInputError
-from common.evaluation import DatasetEvaluator, inference_on_dataset
-from common.handoff import CONFIG_FILE, handoff_config, handoff_task_name, is_handoff, read_handoff
+from common.errors import CheckpointError, UserInputError
+from common.inference.evaluation import DatasetEvaluator, inference_on_dataset
+from common.inference.inputs import load_input_image
+from common.inference.task_lookup import check_same_task, config_dataset, find_task, read_yaml
 from common.modeling.module import checkpoint_sets_weights, held_random_init_warnings
-from common.modeling.region_extractor import EXTRACTOR_OPTS, build_region_extractor
+from common.modeling.region_extractor import build_region_extractor
 from common.modeling.visual_linguistic_bert import TextTooLongError
-from common.parallel.sharded_checkpoint import is_sharded_checkpoint
-from common.safe_load import load_tensors
-from common.safe_write import atomic_write
-from common.task import TASKS, get_task
+from common.task import get_task
 
-__all__ = ["DEFAULT_GRID", "FEATURE_INFO", "RUN_INFO", "Predictor", "TaskPredictor", "UserInputError", "find_task",
-           "feature_record", "load_feature_extractor", "load_input_image", "read_run_info", "recorded_box_source",
-           "run_folder", "top_predictions", "write_feature_handoff", "write_run_info"]
-
-# Boxes of a photo given without boxes when neither the call nor the run folder names a box source.
-DEFAULT_GRID = "4x4"
-# Files next to a checkpoint (module docstring).
-RUN_INFO = "predictor.json"
-FEATURE_INFO = "feature_extractor.json"
-
-
-def write_run_info(folder, info):
-    """Write ``info`` (a JSON-able dict; nothing when empty) as ``folder/predictor.json``, atomically."""
-    if not info:
-        return None
-    path = os.path.join(folder, RUN_INFO)
-    text = json.dumps(info, indent=1)
-    atomic_write(path, lambda f: f.write(text), binary=False, size_hint=len(text))
-    return path
-
-
-def run_folder(ckpt_path):
-    """The folder of the files written beside a checkpoint (``predictor.json``, ``run.json``): the hand-off folder
-    itself, else the folder holding the checkpoint file or the sharded checkpoint folder (an FSDP run's)."""
-    if is_handoff(ckpt_path):
-        return ckpt_path
-    return os.path.dirname(os.path.normpath(os.path.abspath(ckpt_path)))
-
-
-def read_run_info(ckpt_path, name=RUN_INFO):
-    """The JSON file ``name`` of the checkpoint ``ckpt_path``'s :func:`run_folder` as a dict; ``{}`` when there
-    is none.
-
-    Raises:
-        UserInputError: the file is not a JSON object (names it).
-    """
-    path = os.path.join(run_folder(ckpt_path), name)
-    if not os.path.isfile(path):
-        return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            info = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UserInputError("{}: not a readable JSON file ({})".format(path, e)) from None
-    if not isinstance(info, dict):
-        raise UserInputError("{}: expected a JSON object".format(path))
-    return info
-
-
-def load_input_image(image, name="image"):
-    """An input image as an RGB ``PIL.Image``: a path (decoded as the data sets do, EXIF orientation applied,
-    :func:`common.data.loading.load_image`), a ``PIL.Image`` of any mode (:func:`common.data.loading.to_rgb`) or
-    a numpy ``[H, W, 3]`` uint8 array (RGB).
-
-    Raises:
-        UserInputError: a missing file, a file that is not an image, an array of another shape or dtype, or
-            another type (names ``name``).
-    """
-    if isinstance(image, (str, os.PathLike)):
-        try:
-            return load_image(os.fspath(image))
-        except FileNotFoundError:
-            raise UserInputError("{}: no such image file '{}'".format(name, image)) from None
-        except UserInputError as e:
-            raise UserInputError("{}: not an image: {}".format(name, e)) from None
-    if isinstance(image, Image.Image):
-        return to_rgb(image, name)
-    if isinstance(image, np.ndarray):
-        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-            raise UserInputError("{}: expected a numpy array [H, W, 3] of uint8 (RGB), got {} {}".format(
-                name, image.dtype, list(image.shape)))
-        return Image.fromarray(image)
-    raise UserInputError("{}: expected an image path, a PIL.Image or a numpy array, got {}".format(
-        name, type(image).__name__))
-
-
-def top_predictions(scores, labels, k):
-    """``[{"label", "index", "score"}]`` of the ``k`` best of ``scores`` (float ``[C]``), best first (ties in
-    index order); ``labels[i]`` names index i."""
-    k = min(k, scores.shape[0])
-    values, indices = torch.sort(scores.float(), descending=True, stable=True)
-    return [{"label": str(labels[i]), "index": int(i), "score": float(v)}
-            for v, i in zip(values[:k].tolist(), indices[:k].tolist())]
-
-
-def _config_dataset(node):
-    dataset = (node or {}).get("DATASET")
-    if isinstance(dataset, list):
-        dataset = dataset[0] if dataset else None
-    return dataset.get("DATASET") if isinstance(dataset, dict) else None
-
-
-def find_task(dataset_name, source):
-    """The registered task whose folder defines the data set ``dataset_name`` (``DATASET.DATASET``).
-
-    Raises:
-        UserInputError: no registered task owns it (names ``source`` and the registered tasks).
-    """
-    from common.data.build import DATASETS  # the registry of every imported task's data sets
-    try:
-        owner = DATASETS.get(dataset_name).__module__.split(".")[0]
-    except KeyError:
-        owner = None
-    if owner in TASKS:
-        return TASKS.get(owner)
-    raise UserInputError("{}: DATASET.DATASET {!r} is none of the tasks' data sets ({}); give the task "
-                         "(task=..., --task)".format(source, dataset_name, ", ".join(sorted(TASKS))))
-
-
-def _read_yaml(path, what):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return yaml.safe_load(f) or {}
-    except FileNotFoundError:
-        raise UserInputError("{} '{}' does not exist".format(what, path)) from None
-    except (OSError, yaml.YAMLError) as e:
-        raise UserInputError("{} '{}' is not readable YAML: {}".format(what, path, e)) from None
-
-
-def feature_record(ckpt_path):
-    """The run's :data:`FEATURE_INFO` record of ``ckpt_path`` (``{}`` when there is none), its paths usable from
-    here: a hand-off folder's are relative to the folder, a run folder's to the working folder."""
-    info = read_run_info(ckpt_path, FEATURE_INFO)
-    if not is_handoff(ckpt_path):
-        return info
-
-    def inside(path):
-        return os.path.join(ckpt_path, path) if path and not os.path.isabs(path) else path
-
-    info = dict(info, **{k: inside(info[k]) for k in ("cfg", "weights") if info.get(k)})
-    box = info.get("box_source")
-    if isinstance(box, dict) and box.get("detector_weights"):
-        info["box_source"] = dict(box, detector_weights=inside(box["detector_weights"]))
-    return info
-
-
-def _feature_cfg(task, cfg, info):
-    """The image encoder's config of a feature record: the recorded one, else the model's own
-    (demo/run_demo_vqa.sh passes it to both), with :data:`EXTRACTOR_OPTS` and no IMAGE_PRETRAINED."""
-    opts = list(info.get("opts", [])) + list(EXTRACTOR_OPTS) + ["NETWORK.IMAGE_PRETRAINED", ""]
-    if not info.get("cfg"):
-        return _encoder_cfg(cfg)
-    try:
-        return task.load_config(info["cfg"], opts)
-    except ConfigError as e:
-        raise UserInputError("{} 'cfg' (the config of the image encoder that made the region features): {}".format(
-            FEATURE_INFO, e)) from None
+__all__ = ["Predictor", "TaskPredictor", "load_feature_extractor", "recorded_box_source"]
 
 
 def load_feature_extractor(task, cfg, ckpt_path, feature_weights, device):
@@ -220,96 +65,20 @@ def load_feature_extractor(task, cfg, ckpt_path, feature_weights, device):
         raise UserInputError("{}: the model reads precomputed region features (NETWORK.IMAGE_FEAT_PRECOMPUTED), so a "
                              "photo needs the image encoder that made them: give --feature-weights FILE "
                              "(feature_weights=; the --weights file of tools/extract_features.py)".format(ckpt_path))
-    model, transform = build_region_extractor(_feature_cfg(task, cfg, info), weights, device,
+    model, transform = build_region_extractor(feature_config(task, cfg, info), weights, device,
                                               setting="--feature-weights")
     return model, transform, info.get("box_source")
 
 
-# The image encoder in a hand-off folder (write_feature_handoff).
-ENCODER_WEIGHTS = "image_encoder.safetensors"
-ENCODER_CONFIG = "image_encoder.yaml"
-
-
-def write_feature_handoff(task, cfg, ckpt_path, folder):
-    """Write into the hand-off ``folder`` what the run's feature record (:func:`feature_record`) names: the image
-    encoder's weights (:data:`ENCODER_WEIGHTS`, safetensors; a file that is not a flat state dict is copied as
-    it is), its resolved config (:data:`ENCODER_CONFIG`) and :data:`FEATURE_INFO` naming them relative to the
-    folder. A 'file' box source lists the run's training photos only: the hand-off records its fallback (a
-    :data:`DEFAULT_GRID` grid when it names none) for new photos; a detector's weights are copied.
-
-    Returns:
-        ``(written paths, notes)``: notes are sentences for the user (what became of the box source).
-    Raises:
-        UserInputError: the recorded weights are unreadable. OutputWriteError: a file cannot be written.
-    """
-    info = feature_record(ckpt_path)
-    if not info:
-        return [], []
-    record, paths, notes = {"opts": []}, [], []
-    if info.get("weights"):
-        record["weights"] = _copy_weights(info["weights"], folder, ENCODER_WEIGHTS, paths)
-    paths.append(os.path.join(folder, ENCODER_CONFIG))
-    dump_config(_feature_cfg(task, cfg, info), paths[-1])
-    record["cfg"] = ENCODER_CONFIG
-    box = info.get("box_source")
-    if box and box.get("kind") == "file":
-        fallback = box.get("fallback") or {"kind": "grid", "grid": DEFAULT_GRID}
-        notes.append("the run's box source, the box file(s) {}, lists the photos the model was trained on; the "
-                     "hand-off gives new photos its recorded fallback, {}".format(
-                         ", ".join(box.get("box_files", [])), _describe_record(fallback)))
-        box = fallback
-    if box and box.get("detector_weights"):
-        name = "detector" + os.path.splitext(box["detector_weights"])[1]
-        box = dict(box, detector_weights=_copy_weights(box["detector_weights"], folder, name, paths, convert=False))
-    if box:
-        record["box_source"] = box
-    text = json.dumps(record, indent=1)
-    paths.append(os.path.join(folder, FEATURE_INFO))
-    atomic_write(paths[-1], lambda f: f.write(text), binary=False, size_hint=len(text))
-    return paths, notes
-
-
-def _describe_record(record):
-    """A box source record in words, as :meth:`BoxSource.describe` (without building a detector)."""
-    if record.get("kind") == "grid":
-        return "grid {}".format(record.get("grid", DEFAULT_GRID))
-    return "{} {}".format(record.get("kind"), record.get("detector", DEFAULT_DETECTOR))
-
-
-def _copy_weights(source, folder, name, paths, convert=True):
-    """Copy the weights file ``source`` into ``folder`` as ``name`` (``convert``: a flat state dict as
-    safetensors, else the file as it is, under its own extension); returns the name, appends the path."""
-    state = load_tensors(source, "{} weights".format(FEATURE_INFO)) if convert else None
-    if isinstance(state, dict) and state and all(isinstance(v, torch.Tensor) for v in state.values()):
-        data = save_safetensors({k: v.contiguous() for k, v in state.items()})
-    else:
-        name = os.path.splitext(name)[0] + os.path.splitext(source)[1]
-        with open(source, "rb") as f:
-            data = f.read()
-    paths.append(os.path.join(folder, name))
-    atomic_write(paths[-1], lambda f: f.write(data), size_hint=len(data))
-    return name
-
-
 def recorded_box_source(record, device):
-    """The :class:`BoxSource` of a run's recorded ``box_source`` arguments (:data:`FEATURE_INFO`). A recorded
-    'file' source lists the training photos only: the photos it does not list get its ``fallback`` (a
-    :data:`DEFAULT_GRID` grid when the record names none), with one warning."""
+    """The :class:`BoxSource` of a run's recorded ``box_source`` arguments
+    (:data:`common.checkpoint.run_files.FEATURE_INFO`). A recorded 'file' source lists the training photos only:
+    the photos it does not list get its ``fallback`` (a :data:`DEFAULT_GRID` grid when the record names none),
+    with one warning."""
     record = dict(record)
     if record.get("kind") == "file":
         record.setdefault("fallback", {"kind": "grid", "grid": DEFAULT_GRID})
     return BoxSource(device=device, **record)
-
-
-def _encoder_cfg(cfg):
-    """A frozen copy of the model's config with :data:`EXTRACTOR_OPTS` applied and no IMAGE_PRETRAINED."""
-    out = cfg.clone()
-    out.defrost()
-    out.NETWORK.IMAGE_FEAT_PRECOMPUTED = False
-    out.NETWORK.IMAGE_SEMANTIC = False
-    out.NETWORK.IMAGE_PRETRAINED = ""
-    out.freeze()
-    return out
 
 
 class TaskPredictor:
@@ -445,15 +214,15 @@ class Predictor:
                 hand-off folder: its ``config.yaml``, its copied files in the place of those the config names. A
                 hand-off folder alone (``Predictor.from_checkpoint(DIR)``) is read as ``(None, DIR)``.
             ckpt_path: a checkpoint file (``*-best.model``, ``*-0000.model``) or a hand-off folder
-                (``tools/export.py --format safetensors``, :mod:`common.handoff`).
+                (``tools/export.py --format safetensors``, :mod:`common.checkpoint.handoff`).
             device: torch device string.
             opts: config overrides ``[KEY, VALUE, ...]``.
             feature_weights: the image encoder weights that made the precomputed region features the model
                 was trained on (``tools/extract_features.py --weights``); default: the run folder's
-                :data:`FEATURE_INFO`.
+                :data:`common.checkpoint.run_files.FEATURE_INFO`.
             box_source: :class:`common.data.box_sources.BoxSource` or a dict of its arguments (``{"kind":
                 "grid", "grid": "4x4"}``) for inputs without boxes; default: the run folder's record
-                (:data:`FEATURE_INFO`), else a :data:`DEFAULT_GRID` grid.
+                (:data:`common.checkpoint.run_files.FEATURE_INFO`), else a :data:`DEFAULT_GRID` grid.
             task: a task name or :class:`common.task.Task`; default: a hand-off folder's recorded task, else the
                 task whose data set the config names (its ``<task>.task`` module must be imported;
                 ``tools/predict.py`` imports them all). A task named is imported when needed.
@@ -478,9 +247,9 @@ class Predictor:
             if not handoff:
                 raise UserInputError("no config given, and {} is not a hand-off folder".format(ckpt_path))
             cfg_path = os.path.join(ckpt_path, CONFIG_FILE)
-        raw = _read_yaml(cfg_path, "config")
+        raw = read_yaml(cfg_path, "config")
         if task is None:
-            task = find_task(_config_dataset(raw), cfg_path)
+            task = find_task(config_dataset(raw), cfg_path)
         elif isinstance(task, str):
             try:
                 task = get_task(task)
@@ -498,7 +267,7 @@ class Predictor:
             ckpt = read_handoff(ckpt_path) if handoff else load_checkpoint_file(ckpt_path)
         except CheckpointError as e:
             raise UserInputError(str(e)) from None
-        _check_same_task(task, cfg, ckpt, ckpt_path, cfg_path)
+        check_same_task(task, cfg, ckpt, ckpt_path, cfg_path)
         task.check_checkpoint(cfg, ckpt, ckpt_path)
         try:
             if isinstance(box_source, dict):
@@ -701,27 +470,3 @@ def _first_dataset_cfg(cfg):
     """A view of a multi-data-set config with its first DATASET entry (for the collator's keys)."""
     from common.data.multitask import dataset_configs
     return dataset_configs(cfg)[0]
-
-
-def _check_same_task(task, cfg, ckpt, ckpt_path, cfg_path):
-    """UserInputError when the checkpoint's own config (saved in it at training time) is of another task or
-    MODULE than ``cfg``."""
-    text = ckpt.get("config")
-    if not isinstance(text, str):
-        return
-    try:
-        saved = yaml.safe_load(text) or {}
-    except yaml.YAMLError:
-        return
-    dataset = _config_dataset(saved)
-    try:
-        other = find_task(dataset, ckpt_path) if dataset else None
-    except UserInputError:
-        other = None
-    if other is not None and other is not task:
-        raise UserInputError("{} is a checkpoint of task '{}' (DATASET.DATASET {!r}), but the config {} is of task "
-                             "'{}'; give the config it was trained with".format(
-                                 ckpt_path, other.name, dataset, cfg_path, task.name))
-    if saved.get("MODULE") and saved["MODULE"] != cfg.MODULE:
-        raise UserInputError("{} was trained as MODULE {}, but the config {} builds MODULE {}".format(
-            ckpt_path, saved["MODULE"], cfg_path, cfg.MODULE))

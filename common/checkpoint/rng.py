@@ -1,5 +1,5 @@
 """The RNG states of a process (python, numpy, torch CPU and CUDA) as plain values: a checkpoint holds one
-per rank so that a resumed run continues each rank's random stream (:mod:`common.checkpoint`)."""
+per rank so that a resumed run continues each rank's random stream (:mod:`common.checkpoint.checkpointer`)."""
 import random
 
 import numpy as np

@@ -1,6 +1,6 @@
 """``run.json``: what produced a run folder (code, environment, config, data) and what each epoch gave.
 
-Written atomically (:func:`common.safe_write.atomic_write`) by rank 0 when training starts and after every
+Written atomically (:func:`common.fileio.safe_write.atomic_write`) by rank 0 when training starts and after every
 epoch (with its validation), by the :class:`RunRecord` hook. Keys::
 
     command        the process's command line
@@ -34,13 +34,13 @@ from typing import Optional
 
 import torch
 
+from common.fileio.safe_write import atomic_write
 from common.hooks.base import HookBase
-from common.safe_write import atomic_write
 
 FILE = "run.json"
 HASH_LIMIT = 100 * 2 ** 20  # bytes: larger files get size and mtime only
 MAX_FOLDER_FILES = 200  # a subfolder with more files (images, per-image features) is one entry
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEADER = ("command", "git", "env", "world_size", "strategy", "config_file", "config_sha256", "seeds",
           "host_metric", "data", "started")
 

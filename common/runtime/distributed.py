@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from common.errors import UserInputError
-from common.logs import get_logger
+from common.runtime.logs import get_logger
 
 # A collective that waits longer than this raises instead of hanging forever. Long enough for
 # a rank-0-only step (saving a large checkpoint, evaluating) between two collectives.

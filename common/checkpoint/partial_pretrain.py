@@ -2,15 +2,15 @@
 
 The file's keys are renamed by NETWORK.PARTIAL_PRETRAIN_PREFIX_CHANGES, then by the task's own renames
 (:meth:`common.task.Task.pretrain_renames`, kept next to the model they rename), and every key the model
-has is copied. Unlike a resume (:mod:`common.checkpoint`) the match is partial: the report lists what
+has is copied. Unlike a resume (:mod:`common.checkpoint.checkpointer`) the match is partial: the report lists what
 was loaded, what the file has that the model lacks, and what stays at its initial value.
 """
 import logging
 from dataclasses import dataclass, field
 from typing import List
 
-from common.checkpoint import CheckpointError, load_checkpoint_file, match_key
-from common.errors import UserInputError
+from common.checkpoint.checkpointer import load_checkpoint_file, match_key
+from common.errors import CheckpointError, UserInputError
 
 logger = logging.getLogger("vlbert.checkpoint")  # the checkpoint logger: its lines go to the run's log file
 
@@ -149,7 +149,7 @@ def load_vlbert_backbone(model, path, prefix_changes=()):
         UserInputError: the file has no VL-BERT weights; or its VL-BERT differs from the config's (model keys it
             lacks, or keys the model lacks: another depth, ``word_embedding_frozen``, ``visual_size``, ...), named
             with the file.
-        common.checkpoint.CheckpointError: unreadable file, or a key of another shape (names both shapes).
+        common.errors.CheckpointError: unreadable file, or a key of another shape (names both shapes).
     """
     report = load_partial_pretrain(model, path, tuple(prefix_changes) + BACKBONE_PREFIX_CHANGES)
     wanted = [k for k in model.state_dict() if _is_backbone(k)]

@@ -3,7 +3,7 @@
 The order of timm's ``onnx_export.py`` + ``onnx_validate.py``: export, then run the file with onnxruntime on
 inputs the export never saw and compare with the eager model. A task describes its graph as an
 :class:`OnnxGraph` (:meth:`common.task.Task.onnx_graph`); a task that has none is refused by name with its
-reason (:class:`ExportRefused`).
+reason (:class:`common.errors.ExportRefused`).
 
 The exporter is ``torch.onnx.export(dynamo=True)`` (``torch.export`` + onnxscript): the TorchScript exporter
 (``dynamo=False``) traces Python ints read from tensors (the batch's longest text) as constants, which gives a
@@ -19,20 +19,13 @@ from typing import Callable, Dict, NamedTuple, Sequence, Tuple
 import torch
 
 from common.errors import UserInputError
-from common.safe_write import atomic_write
+from common.fileio.safe_write import atomic_write
 
 # torch.onnx's dynamo exporter writes opset 18 natively; 17 goes through onnx's version converter.
 DEFAULT_OPSET = 18
 MIN_OPSET = 17
 # The check's tolerance on max |onnx - eager| (the issue's figure; fp32 graphs differ by ~1e-6).
 TOLERANCE = 1e-4
-
-
-class ExportRefused(UserInputError):
-    """The task (or this config of it) has no ONNX graph; the message names the task and says why."""
-
-    def __init__(self, task, reason):
-        super().__init__("task '{}' cannot be exported to ONNX: {}".format(task, reason))
 
 
 class OnnxGraph(NamedTuple):
