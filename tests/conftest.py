@@ -19,6 +19,14 @@ def load_task(name):
     return importlib.import_module(name + ".task").TASK
 
 
+def slow_cases(cases, slow):
+    """``cases`` for ``pytest.mark.parametrize``, those named in ``slow`` marked slow: the default suite keeps one
+    case of each path (every task; one ViT image encoder) and ``--runslow`` runs them all."""
+    unknown = set(slow) - set(cases)
+    assert not unknown, unknown
+    return [pytest.param(c, marks=pytest.mark.slow) if c in slow else c for c in cases]
+
+
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="also run tests marked slow")
 

@@ -22,7 +22,7 @@ from common.engine import build_loader, build_model
 from common.inference import Predictor
 from common.inference.evaluation import DatasetEvaluator, inference_on_dataset
 from common.optim import build_optimizer
-from tests.conftest import load_task
+from tests.conftest import load_task, slow_cases
 from tests.evaluators import OutputRows
 from tests.fake_cuda import CUDA, ROOT, SIMULATED_DEVICE_NAME, CudaTensor, DeviceError, fake_cuda
 from tests.golden import assert_ranking_close, close
@@ -169,7 +169,8 @@ TRAIN_OPTS = ["TRAIN.FP16", "True", "TRAIN.FP16_DTYPE", "float16", "TRAIN.FP16_L
               "TRAIN.EMA_DECAY", "0.9", "NUM_WORKERS_PER_GPU", "0"]
 
 
-@pytest.mark.parametrize("name", list(CASES))
+# Slow: a second VCR question mode and the ViT encoder on tasks other than VQA (each task and the ViT stay).
+@pytest.mark.parametrize("name", slow_cases(list(CASES), ["vcr-qa2r", "vcr-vit", "refcoco-vit", "pretrain-vit"]))
 def test_training_and_resume_on_cuda(runs, name, tmp_path):
     """The training entry point on the GPU (fp16 with the dynamic loss scale, clipping, bf16 AdamW moments, EMA;
     synthetic gradients, see tests/fake_cuda.py): one epoch, then one more resumed from its checkpoint; the
@@ -308,7 +309,8 @@ def test_test_py_and_the_predictor_with_attention_maps_on_cuda(runs, tmp_path):
     assert np.allclose(probs.sum(-1), 1, atol=1e-4)  # each query's attention over the unpadded keys
 
 
-@pytest.mark.parametrize("name", ["vcr-qa2r", "vcr-vit", "vqa", "vqa-vit", "refcoco", "refcoco-vit", "cls"])
+@pytest.mark.parametrize("name", slow_cases(["vcr-qa2r", "vcr-vit", "vqa", "vqa-vit", "refcoco", "refcoco-vit", "cls"],
+                                            ["vcr-vit", "refcoco-vit"]))
 def test_test_py_on_cuda_writes_the_cpu_result_file(runs, name, tmp_path):
     """``<task>/test.py`` (common/inference/evaluation.py's inference) on the GPU, from a checkpoint of the case's tiny
     run (VCR Q->A: the test above): the result file holds the CPU run's predictions (answers and top-5 classes
@@ -374,7 +376,7 @@ PREDICTOR_CASES = ["vcr-qa2r", "vqa", "refcoco", "pretrain", "cls", "vqa-vit", "
                    "pretrain-vit"]
 
 
-@pytest.mark.parametrize("name", PREDICTOR_CASES)
+@pytest.mark.parametrize("name", slow_cases(PREDICTOR_CASES, ["vcr-vit", "refcoco-vit", "pretrain-vit"]))
 def test_the_predictor_with_attention_maps_on_cuda(runs, name, tmp_path):
     """``Predictor(..., device='cuda')`` of every case but VCR Q->A (the test above) on one of the tiny data's
     photographs: its predictions are the CPU predictor's (scores within 1e-6 relative: the GPU's fp32 may run

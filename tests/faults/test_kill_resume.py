@@ -9,6 +9,8 @@ import random
 import signal
 import time
 
+import pytest
+
 from tests.faults import harness
 
 SEED = int(os.environ.get("FAULT_SEED", time.time_ns() % 10 ** 6))
@@ -51,6 +53,7 @@ def test_random_kills_then_auto_resume_match_uninterrupted_run(tiny_cfg, clean_s
     harness.assert_same(harness.training_state(os.path.join(folder, harness.FINAL)), clean_state, note)
 
 
+@pytest.mark.slow  # 3 four-rank runs; the default suite resumes bit for bit on 2 ranks (the test above)
 def test_a_rank_killed_on_4_ranks_then_auto_resume_matches_the_uninterrupted_run(tiny_cfg, tmp_path):
     """4 ranks (a ring all-reduce sums each element in an order set by its place in DDP's gradient buckets, which
     DDP would rebuild after a run's first step: the resumed run's first step would sum otherwise). Rank 2 dies

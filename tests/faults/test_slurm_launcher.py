@@ -102,6 +102,7 @@ def test_rank_0_slow_to_close_is_not_killed_by_a_rank_that_exits_first(cfg_dir):
     assert harness.checkpoint_names(work) == ["tiny-0000-b0000004.model"]
 
 
+@pytest.mark.slow  # the SIGTERM test above covers a signal reaching every task in the default suite
 def test_usr1_to_the_batch_shell_reaches_the_tasks(cfg_dir):
     # sbatch --signal=B:USR1@90 signals the batch shell (the launcher) alone
     work = cfg_dir / "work"
@@ -121,11 +122,12 @@ def test_usr1_to_the_batch_shell_reaches_the_tasks(cfg_dir):
 
 @pytest.mark.parametrize("job, message", [
     # scontrol requeue (or preemption): SLURM has counted the restart (Restarts=1) before the tasks exit 75
-    ({"FAKE_RESTARTS": "1"}, "preempted: checkpoint saved; SLURM has requeued job 4242 already"),
+    pytest.param({"FAKE_RESTARTS": "1"}, "preempted: checkpoint saved; SLURM has requeued job 4242 already",
+                 marks=pytest.mark.slow),
     # scancel JOBID: the job is ending without a reason (a time limit would give Reason=TimeLimit)
     ({"FAKE_JOB_STATE": "COMPLETING"}, "stopped: checkpoint saved; job 4242 was cancelled (scancel), so it is not "
                                        "requeued"),
-], ids=["requeued", "cancelled"])
+], ids=["requeued", "cancelled"])  # requeued: slow (the real cluster's requeue test, and cancelled here, stay)
 def test_a_job_that_slurm_requeued_or_cancelled_is_not_requeued(cfg_dir, job, message):
     work = cfg_dir / "work"
     rc, log = finish(launch(cfg_dir, work, env=dict(job, FAULT_SIGNAL_AT_BATCH="3:TERM")))
