@@ -41,7 +41,7 @@ NOT_IMPLEMENTED = {
                          "NETWORK.FOR_MASK_VL_MODELING_PRETRAIN", "NETWORK.IMAGE_FEAT_PRECOMPUTED",
                          "NETWORK.OUTPUT_CONV5"], REFUSED)),
     "vqa": dict(
-        dict.fromkeys(COMMON_WARNED + ["NETWORK.ENABLE_CNN_REG_LOSS", "NETWORK.CNN_LOSS_WEIGHT",
+        dict.fromkeys(COMMON_WARNED + ["NETWORK.CNN_LOSS_WEIGHT",
                                        "NETWORK.ANS_LOSS_WEIGHT", "NETWORK.REPLACE_OBJECT_CHANGE_LABEL",
                                        "DATASET.TASK", "DATASET.BASIC_ALIGN", "DATASET.TRAIN_ANNOTATION_FILE",
                                        "DATASET.VAL_ANNOTATION_FILE", "DATASET.TEST_ANNOTATION_FILE",
