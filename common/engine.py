@@ -116,7 +116,8 @@ def build_precision(cfg, device, sharded=False):
 
 def load_for_inference(task, cfg, ckpt_path, device):
     """The task's model with the weights of the checkpoint file ``ckpt_path`` (or of a hand-off folder,
-    :mod:`common.handoff`), in eval mode.
+    :mod:`common.handoff`), in eval mode; inside a process group of several ranks under ``TRAIN.STRATEGY:
+    fsdp``, sharded over the ranks (:func:`common.parallel.fsdp.shard_model`).
 
     Raises:
         common.config.ConfigError: a config value the task refuses (``task.check_config``).
@@ -129,7 +130,10 @@ def load_for_inference(task, cfg, ckpt_path, device):
     ckpt = read_handoff(ckpt_path) if is_handoff(ckpt_path) else load_checkpoint_file(ckpt_path)
     task.check_checkpoint(cfg, ckpt, ckpt_path)
     load_model_state_dict(model, ckpt["state_dict"], source=ckpt_path)
-    return model.to(device).eval()
+    model = model.to(device).eval()
+    if cfg.TRAIN.STRATEGY == "fsdp" and cdist.get_world_size() > 1:
+        shard_model(model)  # sharded forwards (common.evaluation): no rank keeps the whole model
+    return model
 
 
 def run_validation(net, val_loader, metrics, label_index_in_batch):

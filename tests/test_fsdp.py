@@ -69,6 +69,18 @@ def assert_same_training(runs, loss_tag="Train-Loss"):
     return ddp_scalars, fsdp_scalars
 
 
+def assert_same_validation(runs, ties, items):
+    """Epoch-end validation (sharded forwards under fsdp, a rank with fewer batches padding) reports the metrics of
+    the DDP run: the same tags and steps; an accuracy differs by at most the ``ties`` of ``items`` (see
+    :func:`near_tied_items`)."""
+    (ddp, _), (fsdp, _) = runs["ddp"], runs["fsdp"]
+    tags = sorted(t for t in ddp if t.startswith("Val-"))
+    assert tags and tags == sorted(t for t in fsdp if t.startswith("Val-"))
+    for tag in tags:
+        assert [s for s, _ in fsdp[tag]] == [s for s, _ in ddp[tag]], tag
+        assert all(abs(a - b) <= ties / items + 1e-6 for (_, a), (_, b) in zip(fsdp[tag], ddp[tag])), tag
+
+
 def near_tied_items(ckpt, opts):
     """``(near ties, items)`` of the VCR val set under ``ckpt``: items whose two best answer logits differ by
     at most TIE (relative to the row's largest magnitude), in-process on the CPU."""
@@ -109,6 +121,7 @@ def test_fsdp_equals_ddp_on_vcr_with_accumulation_and_clipping(tmp_path, tiny_vc
     # DDP model's logits) may be answered either way; the accuracies (4 decimals) differ by at most those items.
     ties, items = near_tied_items(os.path.join(ddp_out, "vl-bert_base_a_res101-best.model"), tiny_vcr.opts())
     assert abs(accuracy["fsdp"] - accuracy["ddp"]) <= ties / items + 1e-4, (accuracy, ties, items)
+    assert_same_validation(runs, ties, items)  # 1 val item: rank 1 pads with a batch of it
     single = str(tmp_path / "consolidated.model")
     tool = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "consolidate_checkpoint.py"), best, single],
                           capture_output=True, text=True, timeout=300)
@@ -169,8 +182,14 @@ def test_fsdp_equals_ddp_on_vcr_with_the_vit_image_encoder(tmp_path, tiny_vcr):
     different number of times on each rank (tiny_vcr's two orientations); the whole encoder is one shard group."""
     from tests.test_vit_end2end import vit_opts
 
-    runs = train_both(tmp_path, VCR_ENTRY, VCR_CFG, tiny_vcr.opts() + vit_opts("vcr"), vcr_output)
+    # 11 val items in batches of 5: rank 0 runs 2 batches, rank 1 one and a padding batch
+    opts = tiny_vcr.opts({"DATASET.VAL_ANNOTATION_FILE": "val_real.jsonl", "VAL.BATCH_IMAGES": 5}) + vit_opts("vcr")
+    runs = train_both(tmp_path, VCR_ENTRY, VCR_CFG, opts, vcr_output)
     assert_same_training(runs)
+    ties, items = near_tied_items(os.path.join(vcr_output(tmp_path / "ddp"), "vl-bert_base_a_res101-0000.model"),
+                                  opts)
+    assert items == 11 and ties < items
+    assert_same_validation(runs, ties, items)
     assert any(k.startswith("image_feature_extractor.vit.blocks.") for k in runs["fsdp"][1]["state_dict"])
 
 

@@ -18,7 +18,6 @@ the shards before a save, :func:`shard_like` and :func:`shard_optimizer_state` c
 of either strategy and of any world size resumes under the other.
 """
 import collections
-from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -119,29 +118,9 @@ def shard_model(model, mesh=None, mp_policy=None):
     return model
 
 
-@contextmanager
-def gathered_for_inference(model):
-    """Inside: every shard group of ``model`` holds its full parameters and keeps them through each forward, so
-    forwards run without collectives (ranks may then run different numbers of evaluation batches, as the
-    inference sampler's uneven shards give); on exit the shards are restored. The unsharded parameters
-    cost the model's full size on every rank for the time of the evaluation (no gradients or optimizer
-    state). A model that is not sharded is used as it is.
-    """
-    groups = [m for m in model.modules() if isinstance(m, FSDPModule)]
-    for module in groups:
-        module.set_reshard_after_forward(False, recurse=False)
-        module.unshard()  # a collective: every rank enters together
-    try:
-        yield model
-    finally:
-        for module in groups:
-            module.reshard()
-            module.set_reshard_after_forward(True, recurse=False)
-
-
 def is_sharded(model):
     """Whether ``model`` was sharded by :func:`shard_model` (its parameters are DTensor shards)."""
-    return isinstance(model, torch.distributed.fsdp.FSDPModule)
+    return isinstance(model, FSDPModule)
 
 
 def gather_full(value):
