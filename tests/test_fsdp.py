@@ -179,7 +179,8 @@ def test_fsdp_equals_ddp_on_cls_vit(tmp_path):
 
 def test_fsdp_equals_ddp_on_vcr_with_the_vit_image_encoder(tmp_path, tiny_vcr):
     """VL-BERT with NETWORK.IMAGE_ENCODER 'vit': the ViT runs once per distinct image size of a rank's batch, so a
-    different number of times on each rank (tiny_vcr's two orientations); the whole encoder is one shard group."""
+    different number of times on each rank (tiny_vcr's two orientations); each block is a shard group, every rank
+    entering it once per image size of any rank's batch."""
     from tests.test_vit_end2end import vit_opts
 
     # 11 val items in batches of 5: rank 0 runs 2 batches, rank 1 one and a padding batch
@@ -191,6 +192,13 @@ def test_fsdp_equals_ddp_on_vcr_with_the_vit_image_encoder(tmp_path, tiny_vcr):
     assert items == 11 and ties < items
     assert_same_validation(runs, ties, items)
     assert any(k.startswith("image_feature_extractor.vit.blocks.") for k in runs["fsdp"][1]["state_dict"])
+    from common.engine import build_model
+    from common.parallel.fsdp import shard_groups
+    from vcr.task import TASK
+
+    groups = [name for name, _ in shard_groups(build_model(TASK, TASK.load_config(VCR_CFG, opts)))]
+    assert groups == ["image_feature_extractor.vit.blocks.{}".format(i) for i in range(4)] + [
+        "vlbert._module.encoder.layer.0", "vlbert._module.encoder.layer.1", "image_feature_extractor", ""], groups
 
 
 def test_a_parameter_with_fewer_rows_than_ranks_is_sharded_on_its_longest_dimension_the_ranks_divide():

@@ -7,9 +7,10 @@ gradients reduce-scattered after its backward. The groups, innermost first:
 - every VL-BERT encoder layer (``common.modeling.nlp.modeling.BertLayer``);
 - every block of a timm vision transformer run through its ``forward`` (``<vit>.blocks[i]``: the cls task's
   classifier);
+- every block of the ViT inside VL-BERT's ViT image encoder (``common.modeling.vit_encoder.ViTEncoder``);
 - the image backbone: that timm ViT itself (patch embedding, tokens, final norm), the ResNet trunk of the
-  Fast R-CNN encoder (``common.modeling.backbone.resnet.ResNetC4``) or the whole ViT image encoder of VL-BERT
-  (``common.modeling.vit_encoder.ViTEncoder``, one group: see :func:`shard_groups`);
+  Fast R-CNN encoder (``common.modeling.backbone.resnet.ResNetC4``) or VL-BERT's ViT image encoder less its
+  blocks (see :func:`shard_groups`);
 - the root: everything else (embeddings, pooler, heads; tied weights such as the MLM decoder and the word
   embeddings stay together in this group).
 
@@ -38,21 +39,22 @@ def _is_timm_vit(module):
 def shard_groups(model):
     """The modules :func:`shard_model` wraps, innermost first (the root last).
 
-    VL-BERT's ViT image encoder is one group, its ViT and blocks inside it unsharded: it runs the ViT once per
-    distinct image size of the rank's batch (``ViTEncoder._box_features``), so ranks run it a different number of
-    times in a step. Sharded blocks would all-gather (and reduce-scatter) once per run, and the ranks'
-    collectives would pair up wrongly; the encoder is entered once per step on every rank, through its ``forward``.
+    VL-BERT's ViT image encoder runs its ViT through ``forward_features`` (not the ViT's ``forward``, which
+    FSDP hooks), once per image size: its blocks are groups, and the encoder itself holds the rest of its ViT
+    (patch and position embeddings, final norm) with its box head. Every rank enters each block once per image
+    size of any rank's batch (``ViTEncoder._box_features``), so the blocks' collectives pair.
 
     Returns:
         list of (qualified name, module); the root's name is ``''``.
     """
-    blocks, backbones, whole = [], [], []
+    blocks, backbones, inside = [], [], []
     for name, module in model.named_modules():
-        if any(name.startswith(prefix + ".") for prefix in whole):
-            continue  # inside a group that is gathered whole
+        if any(name == prefix or name.startswith(prefix + ".") for prefix in inside):
+            continue  # a ViT whose blocks are taken with its encoder
         if isinstance(module, ViTEncoder):
+            blocks += [("{}.vit.blocks.{}".format(name, i), block) for i, block in enumerate(module.vit.blocks)]
             backbones.append((name, module))
-            whole.append(name)
+            inside.append(name + ".vit")
         elif isinstance(module, BertLayer):
             blocks.append((name, module))
         elif _is_timm_vit(module):
