@@ -147,6 +147,27 @@ def test_fsdp_equals_ddp_on_vcr_in_fp16_with_adamw_bf16_state_and_ema(tmp_path, 
 
 
 @pytest.mark.slow
+def test_fsdp_starts_from_the_weights_of_a_ddp_run_of_the_same_seed(tmp_path, tiny_vcr):
+    """Under fsdp the model is built on the meta device and filled one shard group at a time
+    (common/parallel/meta_init.py): random initialisation, the BERT and ResNet files, the EMA copy, then
+    NETWORK.PARTIAL_PRETRAIN (the first ddp run's checkpoint). With TRAIN.LR 0 the checkpoints hold the start: equal
+    to the ddp run's bit for bit (the same draws of the same generator state, the same file values). Dropout is on
+    (the paper config's 0.1): each rank's generator after the build is where the ordinary build leaves it, so the
+    losses (the dropout masks) are ddp's."""
+    opts = tiny_vcr.opts({"TRAIN.LR": 0.0, "TRAIN.EMA_DECAY": 0.9})
+    first = os.path.join(vcr_output(tmp_path / "random" / "ddp"), "vl-bert_base_a_res101-0000.model")
+    for name, extra in (("random", []), ("pretrained", ["NETWORK.PARTIAL_PRETRAIN", first,
+                                                        "NETWORK.PARTIAL_PRETRAIN_SEGMB_INIT", False])):
+        runs = train_both(tmp_path / name, VCR_ENTRY, VCR_CFG, opts + extra, vcr_output)
+        assert_same_training(runs)
+        (_, ddp), (_, fsdp) = runs["ddp"], runs["fsdp"]
+        assert all(torch.equal(fsdp["state_dict"][k], v) for k, v in ddp["state_dict"].items()), name
+        ema = {s: torch.load(glob.glob(os.path.join(vcr_output(tmp_path / name / s), "*-ema.model"))[0],
+                             weights_only=True) for s in ("ddp", "fsdp")}
+        assert all(torch.equal(ema["fsdp"]["state_dict"][k], v) for k, v in ema["ddp"]["state_dict"].items()), name
+
+
+@pytest.mark.slow
 def test_fsdp_equals_ddp_on_vqa(tmp_path_factory, tmp_path):
     inputs = tiny_vqa.make_inputs(tmp_path_factory.mktemp("tiny_vqa"))
     name = "base_4x16G_fp32"

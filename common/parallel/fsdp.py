@@ -95,7 +95,8 @@ def shard_model(model, mesh=None, mp_policy=None):
     differently built different random weights). Parameters become ``torch.distributed.tensor.DTensor`` shards
     split over the mesh on dim 0, or on the dimension :func:`shard_placement` gives a parameter with fewer rows
     than ranks; buffers (e.g. frozen batch-norm statistics) stay whole on every rank. A model on the meta device
-    shards in a fake process group (``bench/memory_estimate.py``), where the broadcast moves nothing.
+    is sharded without a broadcast (:mod:`common.parallel.meta_init` fills it after; ``bench/memory_estimate.py``
+    only counts its shards).
 
     Args:
         model: the task model, on its device, parameters fp32.
@@ -109,8 +110,9 @@ def shard_model(model, mesh=None, mp_policy=None):
     group = None if mesh is None else mesh.get_group()
     with torch.no_grad():
         for tensor in list(model.parameters()) + list(model.buffers()):
-            torch.distributed.broadcast(tensor, src=torch.distributed.get_global_rank(group, 0) if group else 0,
-                                        group=group)
+            if not tensor.is_meta:  # a model built on the meta device gets its values later (meta_init.fill)
+                torch.distributed.broadcast(tensor, src=torch.distributed.get_global_rank(group, 0) if group else 0,
+                                            group=group)
     ranks = mesh.size() if mesh is not None else torch.distributed.get_world_size()
     kwargs = {"mesh": mesh, "shard_placement_fn": lambda param: shard_placement(param, ranks)}
     if mp_policy is not None:
