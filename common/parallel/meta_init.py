@@ -135,29 +135,47 @@ def _real(view, storages, device):
                                                                view.stride)
 
 
+def _extent(view):
+    """Bytes of storage ``view`` reaches (from the storage's start)."""
+    if 0 in view.size:
+        return 0
+    last = view.offset + sum((s - 1) * st for s, st in zip(view.size, view.stride))
+    return (last + 1) * view.dtype.itemsize
+
+
 @torch.no_grad()
 def _random_states(ops, state):
     """The CPU generator's state before each random op of ``ops`` when the build starts at ``state`` (the draws
-    made on scratch tensors of the op's layout, one at a time), and the state after the last."""
+    made on scratch tensors of the op's layout, one op at a time), and the state after the last.
+
+    The scratch tensors of every op share one buffer, allocated once: a new allocation per op, freed between
+    ops of other sizes, grew the heap to twice a ViT-B's weights."""
+    regions = {}  # op index -> {storage key: byte offset in the buffer}
+    size = 0
+    for i, op in enumerate(ops):
+        if op.random:
+            start, regions[i] = 0, {}
+            for view in tree_flatten((op.args, op.kwargs))[0]:
+                if isinstance(view, _View) and view.key not in regions[i]:
+                    regions[i][view.key] = start
+                    start += -(-_extent(view) // 64) * 64  # 64-byte aligned for any dtype
+            size = max(size, start)
+    buffer = torch.empty(size, dtype=torch.uint8)
     saved = torch.get_rng_state()
     torch.set_rng_state(state)
     states = {}
     try:
-        for i, op in enumerate(ops):
-            if not op.random:
-                continue
+        for i, region in regions.items():
             states[i] = torch.get_rng_state()
-            scratch = {}
+            op = ops[i]
 
-            def real(value):
+            def scratch(value):
                 if not isinstance(value, _View):
                     return value
-                if value.key not in scratch:
-                    numel = value.offset + sum((s - 1) * st for s, st in zip(value.size, value.stride)) + 1
-                    scratch[value.key] = torch.empty(max(numel, 0), dtype=value.dtype).untyped_storage()
-                return _real(value, scratch, "cpu")
+                base = buffer[region[value.key]:].view(value.dtype)
+                return base.as_strided(value.size, value.stride, value.offset)
 
-            args, kwargs = tree_map(real, (op.args, op.kwargs))
+            args, kwargs = tree_map(scratch, (op.args, op.kwargs))
             if "device" in kwargs:
                 kwargs = dict(kwargs, device=torch.device("cpu"))
             op.func(*args, **kwargs)
