@@ -121,8 +121,9 @@ def _first_item_batch(loader):
 
 
 def _batches(loader, padded, device):
-    """``(batch, real)`` for each batch of ``loader``; ``padded``: then, while another rank still has batches,
-    ``(this rank's first batch, False)`` (the forwards of a sharded model are collectives that pair)."""
+    """``(batch, True)`` for each batch of ``loader``; ``padded``: then, while another rank still has batches,
+    ``(padding, False)`` with this rank's first batch (a batch of the data set's first item when it had none), so
+    that the forwards of a sharded model, collectives, pair over the ranks (one all-reduce per batch decides)."""
     if not padded:
         for batch in loader:
             yield batch, True

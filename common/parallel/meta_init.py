@@ -80,7 +80,10 @@ class _Recorder(TorchDispatchMode):
             op = _Op(func, args, kwargs, out)
             unknown = op.reads - op.writes - set(self.nbytes)
             if unknown:  # made by no recorded op (an op PyTorch runs below the dispatcher): its values are lost
-                raise NotImplementedError("{} reads a meta tensor that no recorded op wrote".format(func))
+                raise NotImplementedError(
+                    "{} reads a meta tensor that no recorded op wrote: a tensor made from Python data on the meta "
+                    "device (torch.tensor(list), an index given as a list) has no values; make it with "
+                    "device='cpu'".format(func))
             self.ops.append(op)
             for v in metas:
                 self.nbytes.setdefault(_View(v).key, v.untyped_storage().nbytes())
@@ -113,8 +116,9 @@ def record_build(build, weights_state=None):
     Returns:
         :class:`Recording`.
     Raises:
-        NotImplementedError: the build draws from a ``torch.Generator`` of its own. A build that reads the value
-            of a weight (``.item()``, ``if tensor``) fails on the meta device.
+        NotImplementedError: the build draws from a ``torch.Generator`` of its own, or uses a tensor made from
+            Python data on the meta device. A build that reads the value of a weight (``.item()``, ``if tensor``)
+            fails on the meta device.
     """
     own = torch.get_rng_state()
     recorder = _Recorder()
