@@ -4,7 +4,8 @@ The task supplies its dataset, model, metrics and pretrain key renames; this mod
 rest from the config, in the order the design fixes::
 
     process group -> output folder + logger -> seed -> model (+ partial pretrain) -> loaders -> stateful hooks
-    -> FSDP shards (TRAIN.STRATEGY 'fsdp') -> optimizer -> autocast context + loss scaler -> scheduler
+    -> FSDP shards (TRAIN.STRATEGY 'fsdp': the model built on the meta device, filled shard by shard)
+    -> optimizer -> autocast context + loss scaler -> scheduler
     -> checkpointer + resume -> DDP (TRAIN.STRATEGY 'ddp') -> hooks -> Trainer
 
 The reference release repeats this set-up in every task's ``function/train.py``; here it is
@@ -45,6 +46,7 @@ from common.optim import build_optimizer
 from common.parallel.fsdp import shard_model
 from common.runtime import distributed as cdist
 from common.runtime.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
+from common.parallel.meta_init import fill, record_build
 from common.trainer import DIVERGED_EXIT_CODE, Trainer, TrainingDivergedError
 
 # Apex's floor for the dynamic loss scale in the reference's amp.initialize call.
@@ -117,7 +119,8 @@ def build_precision(cfg, device, sharded=False):
 
 def load_for_inference(task, cfg, ckpt_path, device):
     """The task's model with the weights of the checkpoint file ``ckpt_path`` (or of a hand-off folder,
-    :mod:`common.checkpoint.handoff`), in eval mode.
+    :mod:`common.checkpoint.handoff`), in eval mode; inside a process group of several ranks under ``TRAIN.STRATEGY:
+    fsdp``, sharded over the ranks (:func:`common.parallel.fsdp.shard_model`).
 
     Raises:
         common.config.ConfigError: a config value the task refuses (``task.check_config``).
@@ -130,7 +133,10 @@ def load_for_inference(task, cfg, ckpt_path, device):
     ckpt = read_handoff(ckpt_path) if is_handoff(ckpt_path) else load_checkpoint_file(ckpt_path)
     task.check_checkpoint(cfg, ckpt, ckpt_path)
     load_model_state_dict(model, ckpt["state_dict"], source=ckpt_path)
-    return model.to(device).eval()
+    model = model.to(device).eval()
+    if cfg.TRAIN.STRATEGY == "fsdp" and cdist.get_world_size() > 1:
+        shard_model(model)  # sharded forwards (common.inference.evaluation): no rank keeps the whole model
+    return model
 
 
 def run_validation(net, val_loader, metrics, label_index_in_batch):
@@ -169,8 +175,15 @@ def train_net(args, cfg, task):
     logger.info("training on %d process(es), device %s; output folder %s", world_size, device, folder)
     seed_everything(cfg.RNG_SEED, rank)
 
+    # FSDP shards the model (and the EMA copy) before the optimizer is built over the shards; a run without a
+    # process group (one process, no launcher) has nothing to shard over and trains the whole model.
+    sharded = cfg.TRAIN.STRATEGY == "fsdp" and torch.distributed.is_initialized()
     with held_random_init_warnings() as random_parts:  # issued unless a checkpoint is resumed below
-        model = build_model(task, cfg, device)
+        if sharded:  # built on the meta device, filled once sharded (rank 0's draws, as DDP gives every rank)
+            recording = record_build(lambda: build_model(task, cfg), cdist.broadcast_object(torch.get_rng_state()))
+            model = recording.model
+        else:
+            model = build_model(task, cfg, device)
     train_loader = build_loader(task, cfg, "train", world_size, rank)
     val_loader = build_loader(task, cfg, "val", world_size, rank)
     if rank == 0:
@@ -183,9 +196,6 @@ def train_net(args, cfg, task):
                                    val_frequent=cfg.VAL_FREQUENT)
     prefix = os.path.join(folder, cfg.MODEL_PREFIX)
     steps_per_epoch = updates_per_epoch(len(train_loader), train_cfg.GRAD_ACCUMULATE_STEPS)
-    # FSDP shards the model (and the EMA copy) before the optimizer is built over the shards; a run without a
-    # process group (one process, no launcher) has nothing to shard over and trains the whole model.
-    sharded = train_cfg.STRATEGY == "fsdp" and torch.distributed.is_initialized()
     # Stateful hooks, run after the validation (in this order) and saved in the checkpoint under their key.
     stateful = {}
     if train_cfg.EMA_DECAY > 0:
@@ -196,6 +206,8 @@ def train_net(args, cfg, task):
                                                    train_cfg.EARLY_STOP_PATIENCE)
     if sharded:
         shard_model(model)
+        fill(recording, device, others=[stateful["ema"].ema.module] if "ema" in stateful else ())
+        del recording
     optimizer = build_optimizer(cfg, model, world_size)
     autocast, scaler = build_precision(cfg, device, sharded)
     lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader))

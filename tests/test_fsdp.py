@@ -69,6 +69,18 @@ def assert_same_training(runs, loss_tag="Train-Loss"):
     return ddp_scalars, fsdp_scalars
 
 
+def assert_same_validation(runs, ties, items):
+    """Epoch-end validation (sharded forwards under fsdp, a rank with fewer batches padding) reports the metrics of
+    the DDP run: the same tags and steps; an accuracy differs by at most the ``ties`` of ``items`` (see
+    :func:`near_tied_items`)."""
+    (ddp, _), (fsdp, _) = runs["ddp"], runs["fsdp"]
+    tags = sorted(t for t in ddp if t.startswith("Val-"))
+    assert tags and tags == sorted(t for t in fsdp if t.startswith("Val-"))
+    for tag in tags:
+        assert [s for s, _ in fsdp[tag]] == [s for s, _ in ddp[tag]], tag
+        assert all(abs(a - b) <= ties / items + 1e-6 for (_, a), (_, b) in zip(fsdp[tag], ddp[tag])), tag
+
+
 def near_tied_items(ckpt, opts):
     """``(near ties, items)`` of the VCR val set under ``ckpt``: items whose two best answer logits differ by
     at most TIE (relative to the row's largest magnitude), in-process on the CPU."""
@@ -109,6 +121,7 @@ def test_fsdp_equals_ddp_on_vcr_with_accumulation_and_clipping(tmp_path, tiny_vc
     # DDP model's logits) may be answered either way; the accuracies (4 decimals) differ by at most those items.
     ties, items = near_tied_items(os.path.join(ddp_out, "vl-bert_base_a_res101-best.model"), tiny_vcr.opts())
     assert abs(accuracy["fsdp"] - accuracy["ddp"]) <= ties / items + 1e-4, (accuracy, ties, items)
+    assert_same_validation(runs, ties, items)  # 1 val item: rank 1 pads with a batch of it
     single = str(tmp_path / "consolidated.model")
     tool = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "consolidate_checkpoint.py"), best, single],
                           capture_output=True, text=True, timeout=300)
@@ -131,6 +144,27 @@ def test_fsdp_equals_ddp_on_vcr_in_fp16_with_adamw_bf16_state_and_ema(tmp_path, 
            for s in ("ddp", "fsdp")}
     assert max(float((ema["fsdp"]["state_dict"][k] - v).abs().max()) for k, v in ema["ddp"]["state_dict"].items()
                if v.is_floating_point()) < TOL
+
+
+@pytest.mark.slow
+def test_fsdp_starts_from_the_weights_of_a_ddp_run_of_the_same_seed(tmp_path, tiny_vcr):
+    """Under fsdp the model is built on the meta device and filled one shard group at a time
+    (common/parallel/meta_init.py): random initialisation, the BERT and ResNet files, the EMA copy, then
+    NETWORK.PARTIAL_PRETRAIN (the first ddp run's checkpoint). With TRAIN.LR 0 the checkpoints hold the start: equal
+    to the ddp run's bit for bit (the same draws of the same generator state, the same file values). Dropout is on
+    (the paper config's 0.1): each rank's generator after the build is where the ordinary build leaves it, so the
+    losses (the dropout masks) are ddp's."""
+    opts = tiny_vcr.opts({"TRAIN.LR": 0.0, "TRAIN.EMA_DECAY": 0.9})
+    first = os.path.join(vcr_output(tmp_path / "random" / "ddp"), "vl-bert_base_a_res101-0000.model")
+    for name, extra in (("random", []), ("pretrained", ["NETWORK.PARTIAL_PRETRAIN", first,
+                                                        "NETWORK.PARTIAL_PRETRAIN_SEGMB_INIT", False])):
+        runs = train_both(tmp_path / name, VCR_ENTRY, VCR_CFG, opts + extra, vcr_output)
+        assert_same_training(runs)
+        (_, ddp), (_, fsdp) = runs["ddp"], runs["fsdp"]
+        assert all(torch.equal(fsdp["state_dict"][k], v) for k, v in ddp["state_dict"].items()), name
+        ema = {s: torch.load(glob.glob(os.path.join(vcr_output(tmp_path / name / s), "*-ema.model"))[0],
+                             weights_only=True) for s in ("ddp", "fsdp")}
+        assert all(torch.equal(ema["fsdp"]["state_dict"][k], v) for k, v in ema["ddp"]["state_dict"].items()), name
 
 
 @pytest.mark.slow
@@ -166,12 +200,26 @@ def test_fsdp_equals_ddp_on_cls_vit(tmp_path):
 
 def test_fsdp_equals_ddp_on_vcr_with_the_vit_image_encoder(tmp_path, tiny_vcr):
     """VL-BERT with NETWORK.IMAGE_ENCODER 'vit': the ViT runs once per distinct image size of a rank's batch, so a
-    different number of times on each rank (tiny_vcr's two orientations); the whole encoder is one shard group."""
+    different number of times on each rank (tiny_vcr's two orientations); each block is a shard group, every rank
+    entering it once per image size of any rank's batch."""
     from tests.test_vit_end2end import vit_opts
 
-    runs = train_both(tmp_path, VCR_ENTRY, VCR_CFG, tiny_vcr.opts() + vit_opts("vcr"), vcr_output)
+    # 11 val items in batches of 5: rank 0 runs 2 batches, rank 1 one and a padding batch
+    opts = tiny_vcr.opts({"DATASET.VAL_ANNOTATION_FILE": "val_real.jsonl", "VAL.BATCH_IMAGES": 5}) + vit_opts("vcr")
+    runs = train_both(tmp_path, VCR_ENTRY, VCR_CFG, opts, vcr_output)
     assert_same_training(runs)
+    ties, items = near_tied_items(os.path.join(vcr_output(tmp_path / "ddp"), "vl-bert_base_a_res101-0000.model"),
+                                  opts)
+    assert items == 11 and ties < items
+    assert_same_validation(runs, ties, items)
     assert any(k.startswith("image_feature_extractor.vit.blocks.") for k in runs["fsdp"][1]["state_dict"])
+    from common.engine import build_model
+    from common.parallel.fsdp import shard_groups
+    from vcr.task import TASK
+
+    groups = [name for name, _ in shard_groups(build_model(TASK, TASK.load_config(VCR_CFG, opts)))]
+    assert groups == ["image_feature_extractor.vit.blocks.{}".format(i) for i in range(4)] + [
+        "vlbert._module.encoder.layer.0", "vlbert._module.encoder.layer.1", "image_feature_extractor", ""], groups
 
 
 def test_a_parameter_with_fewer_rows_than_ranks_is_sharded_on_its_longest_dimension_the_ranks_divide():

@@ -124,6 +124,27 @@ def test_val_prints_the_official_accuracy_of_its_predictions(inputs, trained, tm
     assert "Overall Accuracy is: " in val and official.strip() in val
 
 
+@pytest.mark.slow
+def test_val_and_test_under_fsdp_run_sharded_and_write_the_files_of_unsharded_ranks(inputs, trained, tmp_path):
+    """vqa/val.py and vqa/test.py on 2 ranks with TRAIN.STRATEGY fsdp: the model sharded (sharded forwards), and
+    rank 1 runs a padding batch (5 test questions in batches of 2 give the ranks 2 and 1 batches) whose forwards
+    pair with rank 0's. The files equal those of 2 unsharded ranks exactly: each group's all-gather gives back the
+    checkpoint's weights bit for bit, so each forward is the same computation on the same batch."""
+    model_dir, _ = trained["base_4x16G_fp32"]
+    ckpt, cfg = _checkpoint(model_dir, "base_4x16G_fp32"), CFGS["base_4x16G_fp32"]
+    printed = {}
+    for strategy in ("ddp", "fsdp"):
+        out = str(tmp_path / strategy)
+        args = ["--ckpt", ckpt, "--result-path", out, "--result-name", "r", "--opts"] + inputs.opts() + [
+            "TRAIN.STRATEGY", strategy]
+        _run(["./scripts/dist_run_single.sh", "2", "vqa/test.py", cfg, str(model_dir)] + args)
+        printed[strategy] = _run(["./scripts/dist_run_single.sh", "2", "vqa/val.py", cfg, str(model_dir)] + args)
+    for name in ("r_vqa2_test2015.json", "r_vqa2_val2014.json"):
+        assert (tmp_path / "fsdp" / name).read_text() == (tmp_path / "ddp" / name).read_text(), name
+    accuracy = [re.search(r"Overall Accuracy is: [0-9.]+", printed[s]).group(0) for s in ("ddp", "fsdp")]
+    assert accuracy[0] == accuracy[1]
+
+
 def test_end_to_end_image_mode_trains_the_resnet_over_the_given_boxes(inputs, tmp_path):
     """IMAGE_FEAT_PRECOMPUTED false: the in-model ResNet reads the COCO images over the feature files'
     boxes, as in VCR. The trainable stage (res4's shortcut conv) moves; the frozen stage 1 and the stem stay

@@ -28,7 +28,10 @@ def answer_word_embeddings(model, answers, tokenizer):
         float (len(answers), H), on the table's device.
     """
     table = next(p for name, p in model.named_parameters() if name.endswith(WORD_EMBEDDINGS)).detach()
-    rows = [table[tokenizer.convert_tokens_to_ids(tokenizer.tokenize(a))].mean(0) for a in answers]
+    # the index on the CPU: built on the meta device under fsdp (common.parallel.meta_init), a list index would
+    # become a meta tensor without values
+    rows = [table[torch.tensor(tokenizer.convert_tokens_to_ids(tokenizer.tokenize(a)), device="cpu")].mean(0)
+            for a in answers]
     return torch.stack(rows)
 
 

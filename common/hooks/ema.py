@@ -1,6 +1,10 @@
 """Model EMA (timm's ``ModelEmaV3``): an exponential moving average of the weights, validated and saved
 as its own weights."""
+import copy
 import os
+
+import torch
+from torch import nn
 
 from common.checkpoint.checkpointer import load_model_state_dict, model_state_fp32, unwrap_model, write_checkpoint_file
 from common.runtime import distributed as cdist
@@ -34,7 +38,8 @@ class ModelEma(HookBase):
         prefix: ``{output folder}/{MODEL_PREFIX}``.
         shard: None, or a function that shards a model in place (:func:`common.parallel.fsdp.shard_model`):
             the EMA copy is sharded as the model will be (pass the model before it is sharded; a sharded
-            model cannot be copied).
+            model cannot be copied). A model on the meta device gives a copy on the meta device, to fill with
+            :func:`common.parallel.meta_init.fill`.
     """
 
     def __init__(self, model, decay, monitor, metrics, prefix, shard=None):
@@ -44,7 +49,15 @@ class ModelEma(HookBase):
 
         self.model = unwrap_model(model)
         # A sharded model's state mixes DTensor parameters and plain buffers, which one multi-tensor lerp refuses.
-        self.ema = ModelEmaV3(self.model, decay=decay, foreach=shard is None)
+        if next(self.model.parameters()).is_meta:
+            # built on the meta device (common.parallel.meta_init), filled once sharded: ModelEmaV3 makes a
+            # generator on its copy's device, which the meta device refuses, so it gets its copy after (made on a
+            # stand-in whose initial draws leave no trace on the run's generator)
+            with torch.random.fork_rng(devices=[]):
+                self.ema = ModelEmaV3(nn.Linear(1, 1), decay=decay, foreach=False)
+            self.ema.module = copy.deepcopy(self.model).eval()
+        else:
+            self.ema = ModelEmaV3(self.model, decay=decay, foreach=shard is None)
         if shard is not None:
             shard(self.ema.module)
         self.monitor, self.metrics, self.prefix = monitor, metrics, prefix

@@ -2,7 +2,7 @@
 ``DatasetEvaluator``): epoch-end validation and every task's val and test scripts run through it.
 
     evaluator.reset()
-    for batch in loader:                          # this rank's shard; no padding of the last shares
+    for batch in loader:                          # this rank's shard (an FSDP-sharded model: see below)
         outputs = evaluator.forward(model, inputs)    # fp32, eval mode, no grad; default model(*inputs)
         evaluator.process(batch, outputs)
     return evaluator.evaluate()                   # gathered over ranks where the evaluator needs it
@@ -10,11 +10,16 @@
 The forward runs in fp32 (autocast off), whatever the training precision, so epoch-end validation and
 the val/test scripts give the same predictions for the same weights (fp16/bf16 logits of close
 candidates tie, and argmax then picks the first).
+
+A model sharded by FSDP (:mod:`common.parallel.fsdp`) runs sharded forwards: each shard group all-gathers its
+weights for its forward and frees them after, so no rank holds the whole model. Those all-gathers are
+collectives, so every rank runs as many forwards as the rank with the most batches: a rank whose shard has
+run out runs padding batches (its first batch again) whose outputs are dropped.
 """
 import torch
 
 from common.data.collate import to_device
-from common.parallel.fsdp import gathered_for_inference
+from common.parallel.fsdp import is_sharded
 from common.runtime import distributed as cdist
 
 # Extra under which the loop hands the batch's label to the evaluator (see MetricEvaluator).
@@ -99,13 +104,47 @@ class IndexedPredictions(DatasetEvaluator):
         return values
 
 
+def _any_rank(flag, device):
+    """Whether ``flag`` holds on any rank (a collective)."""
+    value = torch.tensor([int(flag)], device=device)
+    torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def _first_item_batch(loader):
+    """A batch of the loader's first item (a :class:`common.data.multitask.MultiTaskEvalLoader`: of each data
+    set's), for a rank whose shard is empty; the item's random draws leave no trace on the run's RNG."""
+    with torch.random.fork_rng(devices=[]):
+        if hasattr(loader, "loaders"):
+            return sum((tuple(part.collate_fn([part.dataset[0]])) for part in loader.loaders), ())
+        return loader.collate_fn([loader.dataset[0]])
+
+
+def _batches(loader, padded, device):
+    """``(batch, True)`` for each batch of ``loader``; ``padded``: then, while another rank still has batches,
+    ``(padding, False)`` with this rank's first batch (a batch of the data set's first item when it had none), so
+    that the forwards of a sharded model, collectives, pair over the ranks (one all-reduce per batch decides)."""
+    if not padded:
+        for batch in loader:
+            yield batch, True
+        return
+    iterator, first = iter(loader), None
+    while True:
+        batch = next(iterator, None)
+        if not _any_rank(batch is not None, device):
+            return
+        if first is None:
+            first = _first_item_batch(loader) if batch is None else batch
+        yield (first, False) if batch is None else (batch, True)
+
+
 @torch.no_grad()
 def inference_on_dataset(model, loader, evaluator, label=None):
     """Run ``model`` over ``loader`` and return ``evaluator.evaluate()``.
 
     Args:
-        model: the model, DDP-wrapped or FSDP-sharded or neither (unwrapped here, or its shards gathered for the
-            evaluation: ranks may hold different numbers of batches); its training mode is restored afterwards.
+        model: the model, DDP-wrapped or FSDP-sharded or neither (unwrapped here; sharded: sharded forwards,
+            every rank as many, see the module docstring); its training mode is restored afterwards.
         loader: iterable of :class:`common.data.collate.Batch`.
         evaluator: :class:`DatasetEvaluator`.
         label: the label field, taken out of the model's inputs and handed to the evaluator as the extra
@@ -120,19 +159,21 @@ def inference_on_dataset(model, loader, evaluator, label=None):
     model.eval()
     evaluator.reset()
     device = next(model.parameters()).device
+    padded = is_sharded(model) and cdist.get_world_size() > 1
     try:
-        with gathered_for_inference(model):
-            for batch in loader:
-                batch = to_device(batch, device)
-                inputs = batch
-                if label is not None:
-                    name = label if isinstance(label, str) else batch.names[label]
-                    batch.extras[LABEL] = batch.field(name)
-                    inputs = batch.without(name)
-                outputs = evaluator.forward(model, inputs)
-                if isinstance(outputs, tuple):  # a model that returns (outputs, loss) in eval mode too
-                    outputs = outputs[0]
-                evaluator.process(batch, outputs)
+        for batch, real in _batches(loader, padded, device):
+            batch = to_device(batch, device)
+            inputs = batch
+            if label is not None:
+                name = label if isinstance(label, str) else batch.names[label]
+                batch.extras[LABEL] = batch.field(name)
+                inputs = batch.without(name)
+            outputs = evaluator.forward(model, inputs)
+            if not real:
+                continue  # a padding batch: its forwards paired with the other ranks', its outputs are dropped
+            if isinstance(outputs, tuple):  # a model that returns (outputs, loss) in eval mode too
+                outputs = outputs[0]
+            evaluator.process(batch, outputs)
     finally:
         model.train(was_training)
     return evaluator.evaluate()

@@ -25,14 +25,16 @@ import warnings
 import timm
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 from torchvision.ops import roi_align
 
+from common.runtime import distributed as cdist
 from common.errors import UserInputError
 from common.modeling.fast_rcnn import RoIEncoder
 from common.modeling.module import RandomInitWarning
 from common.modeling.timm_weights import arch_kwargs, load_timm_weights
 
-__all__ = ["ViTEncoder", "covers_image", "fp32_attention"]
+__all__ = ["ViTEncoder", "covers_image", "fp32_attention", "sizes_over_ranks"]
 
 # ViTDet's RoI Align (detectron2 ROIAlignV2): half-pixel offset, sampling points adapted to the box size.
 ROI_ALIGNED = True
@@ -71,6 +73,19 @@ def covers_image(coords, image_sizes, patch_size):
     near = coords.new_tensor(float(patch_size))
     return ((coords[:, 0] < near) & (coords[:, 1] < near) & (coords[:, 2] > image_sizes[:, 0] - 1 - near)
             & (coords[:, 3] > image_sizes[:, 1] - 1 - near))
+
+
+def _blocks_sharded(vit):
+    """Whether FSDP shards ``vit``'s blocks (each is then an ``FSDPModule``)."""
+    return len(vit.blocks) > 0 and isinstance(vit.blocks[0], FSDPModule)
+
+
+def sizes_over_ranks(sizes):
+    """The union of every rank's image sizes, sorted: ``sizes`` a list of ``[w, h]`` (this rank's, sorted).
+
+    A collective over the default process group: every rank calls it once per forward, in the same order.
+    """
+    return [list(s) for s in sorted({tuple(s) for rank_sizes in cdist.all_gather(sizes) for s in rank_sizes})]
 
 
 class ViTEncoder(RoIEncoder):
@@ -173,16 +188,30 @@ class ViTEncoder(RoIEncoder):
 
         Images of one size run through the ViT together, each cropped to its own size (``im_info``): a padded
         canvas would change every token through attention and the interpolated position embeddings. The
-        loop is over the distinct image sizes of the batch, not over boxes.
+        loop is over the distinct image sizes of the batch, not over boxes. With the ViT's blocks sharded by
+        FSDP (:func:`common.parallel.fsdp.shard_groups`) each block all-gathers its weights once per run, so
+        every rank runs the sizes of every rank's batch (:func:`sizes_over_ranks`, a collective), a size it
+        lacks on one black image whose output joins the features as the sum of none of its values, an exact
+        zero (so its backward runs too, with zero gradients).
         """
         sizes = im_info[:, :2].round().long()  # (w, h)
         unique, group = torch.unique(sizes, dim=0, return_inverse=True)
+        runs = unique.tolist()
+        if _blocks_sharded(self.vit):
+            runs = sizes_over_ranks(runs)
         group_of_box = group[batch_idx]
         local = torch.empty_like(group)  # position of each image inside its size group
         image_sizes = im_info[batch_idx, :2]
         whole = covers_image(coords, image_sizes, self.patch_size)
-        feats = None
-        for g, (w, h) in enumerate(unique.tolist()):
+        feats, empty_runs = None, None
+        for w, h in runs:
+            matches = (unique == unique.new_tensor([w, h])).all(1).nonzero(as_tuple=True)[0]
+            if not len(matches):  # another rank's size: every block entered as on that rank, on a black image
+                fmap, _ = self._feature_map(images.new_zeros(1, images.shape[1], h, w))  # timm refuses 0 images
+                nothing = fmap[:0].sum()  # exactly 0, its gradient exactly 0
+                empty_runs = nothing if empty_runs is None else empty_runs + nothing
+                continue
+            g = int(matches[0])
             members = (group == g).nonzero(as_tuple=True)[0]
             local[members] = torch.arange(len(members), device=local.device)
             fmap, token = self._feature_map(images[members, :, :h, :w])
@@ -195,6 +224,8 @@ class ViTEncoder(RoIEncoder):
             feats[rows] = pooled
         if feats is None:  # no image in the batch
             feats = coords.new_zeros(0, self.feat_dim)
+        if empty_runs is not None:
+            feats = feats + empty_runs.to(feats.dtype)  # the sum of no values: 0, adds nothing
         return feats
 
     def _feature_map(self, images):

@@ -7,9 +7,10 @@ gradients reduce-scattered after its backward. The groups, innermost first:
 - every VL-BERT encoder layer (``common.modeling.nlp.modeling.BertLayer``);
 - every block of a timm vision transformer run through its ``forward`` (``<vit>.blocks[i]``: the cls task's
   classifier);
+- every block of the ViT inside VL-BERT's ViT image encoder (``common.modeling.vit_encoder.ViTEncoder``);
 - the image backbone: that timm ViT itself (patch embedding, tokens, final norm), the ResNet trunk of the
-  Fast R-CNN encoder (``common.modeling.backbone.resnet.ResNetC4``) or the whole ViT image encoder of VL-BERT
-  (``common.modeling.vit_encoder.ViTEncoder``, one group: see :func:`shard_groups`);
+  Fast R-CNN encoder (``common.modeling.backbone.resnet.ResNetC4``) or VL-BERT's ViT image encoder less its
+  blocks (see :func:`shard_groups`);
 - the root: everything else (embeddings, pooler, heads; tied weights such as the MLM decoder and the word
   embeddings stay together in this group).
 
@@ -19,7 +20,6 @@ the shards before a save, :func:`shard_like` and :func:`shard_optimizer_state` c
 of either strategy and of any world size resumes under the other.
 """
 import collections
-from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -40,21 +40,22 @@ def _is_timm_vit(module):
 def shard_groups(model):
     """The modules :func:`shard_model` wraps, innermost first (the root last).
 
-    VL-BERT's ViT image encoder is one group, its ViT and blocks inside it unsharded: it runs the ViT once per
-    distinct image size of the rank's batch (``ViTEncoder._box_features``), so ranks run it a different number of
-    times in a step. Sharded blocks would all-gather (and reduce-scatter) once per run, and the ranks'
-    collectives would pair up wrongly; the encoder is entered once per step on every rank, through its ``forward``.
+    VL-BERT's ViT image encoder runs its ViT through ``forward_features`` (not the ViT's ``forward``, which
+    FSDP hooks), once per image size: its blocks are groups, and the encoder itself holds the rest of its ViT
+    (patch and position embeddings, final norm) with its box head. Every rank enters each block once per image
+    size of any rank's batch (``ViTEncoder._box_features``), so the blocks' collectives pair.
 
     Returns:
         list of (qualified name, module); the root's name is ``''``.
     """
-    blocks, backbones, whole = [], [], []
+    blocks, backbones, inside = [], [], []
     for name, module in model.named_modules():
-        if any(name.startswith(prefix + ".") for prefix in whole):
-            continue  # inside a group that is gathered whole
+        if any(name == prefix or name.startswith(prefix + ".") for prefix in inside):
+            continue  # a ViT whose blocks are taken with its encoder
         if isinstance(module, ViTEncoder):
+            blocks += [("{}.vit.blocks.{}".format(name, i), block) for i, block in enumerate(module.vit.blocks)]
             backbones.append((name, module))
-            whole.append(name)
+            inside.append(name + ".vit")
         elif isinstance(module, BertLayer):
             blocks.append((name, module))
         elif _is_timm_vit(module):
@@ -95,7 +96,8 @@ def shard_model(model, mesh=None, mp_policy=None):
     differently built different random weights). Parameters become ``torch.distributed.tensor.DTensor`` shards
     split over the mesh on dim 0, or on the dimension :func:`shard_placement` gives a parameter with fewer rows
     than ranks; buffers (e.g. frozen batch-norm statistics) stay whole on every rank. A model on the meta device
-    shards in a fake process group (``bench/memory_estimate.py``), where the broadcast moves nothing.
+    is sharded without a broadcast (:mod:`common.parallel.meta_init` fills it after; ``bench/memory_estimate.py``
+    only counts its shards).
 
     Args:
         model: the task model, on its device, parameters fp32.
@@ -109,8 +111,9 @@ def shard_model(model, mesh=None, mp_policy=None):
     group = None if mesh is None else mesh.get_group()
     with torch.no_grad():
         for tensor in list(model.parameters()) + list(model.buffers()):
-            torch.distributed.broadcast(tensor, src=torch.distributed.get_global_rank(group, 0) if group else 0,
-                                        group=group)
+            if not tensor.is_meta:  # a model built on the meta device gets its values later (meta_init.fill)
+                torch.distributed.broadcast(tensor, src=torch.distributed.get_global_rank(group, 0) if group else 0,
+                                            group=group)
     ranks = mesh.size() if mesh is not None else torch.distributed.get_world_size()
     kwargs = {"mesh": mesh, "shard_placement_fn": lambda param: shard_placement(param, ranks)}
     if mp_policy is not None:
@@ -120,29 +123,9 @@ def shard_model(model, mesh=None, mp_policy=None):
     return model
 
 
-@contextmanager
-def gathered_for_inference(model):
-    """Inside: every shard group of ``model`` holds its full parameters and keeps them through each forward, so
-    forwards run without collectives (ranks may then run different numbers of evaluation batches, as the
-    inference sampler's uneven shards give); on exit the shards are restored. The unsharded parameters
-    cost the model's full size on every rank for the time of the evaluation (no gradients or optimizer
-    state). A model that is not sharded is used as it is.
-    """
-    groups = [m for m in model.modules() if isinstance(m, FSDPModule)]
-    for module in groups:
-        module.set_reshard_after_forward(False, recurse=False)
-        module.unshard()  # a collective: every rank enters together
-    try:
-        yield model
-    finally:
-        for module in groups:
-            module.reshard()
-            module.set_reshard_after_forward(True, recurse=False)
-
-
 def is_sharded(model):
     """Whether ``model`` was sharded by :func:`shard_model` (its parameters are DTensor shards)."""
-    return isinstance(model, torch.distributed.fsdp.FSDPModule)
+    return isinstance(model, FSDPModule)
 
 
 def gather_full(value):
