@@ -239,7 +239,7 @@ def prune_step_checkpoints(prefix, keep):
 def load_checkpoint_file(path):
     """Read a checkpoint dict on the CPU through :func:`common.safe_load.load_tensors` (nothing in it runs); a
     sharded checkpoint folder through :func:`common.parallel.sharded_checkpoint.read_sharded_checkpoint`, as one
-    dict of full tensors (DCP's index, ``.metadata``, is a pickle: read only folders you trust).
+    dict of full tensors (its DCP index read by :func:`common.safe_load.load_dcp_index`: nothing in it runs either).
 
     Raises:
         FileNotFoundError: no file at ``path``.
