@@ -180,6 +180,11 @@ def save_sharded_checkpoint(ckpt, paths, async_save=False, logger=None):
     return pending
 
 
+def slot_key(value):
+    """The DCP key of a tensor's slot in ``rest.pt``'s structure (see :func:`read_index`), or None."""
+    return value[_SLOT] if isinstance(value, dict) and set(value) == {_SLOT} else None
+
+
 def _slots(value):
     """The DCP keys that :func:`_split` left in ``value``, in order."""
     if isinstance(value, dict):
