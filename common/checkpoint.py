@@ -438,7 +438,7 @@ def find_resume_checkpoint(prefix, begin_epoch, end_epoch, resume=False, auto_re
     """
     if resume:
         path = epoch_checkpoint_path(prefix, begin_epoch - 1)
-        if not os.path.isfile(path):
+        if not os.path.exists(path):  # a file, or the folder of a sharded checkpoint
             raise FileNotFoundError("TRAIN.RESUME with BEGIN_EPOCH={} needs {}, which does not exist"
                                     .format(begin_epoch, path))
         return [path]
