@@ -156,7 +156,7 @@ def memory_config(args, data):
                        [str(o) for o in opts])
 
 
-def memory_worker(rank, args, port, strategy, world_size, folder, resume):
+def memory_worker(rank, args, rendezvous, strategy, world_size, folder, resume):
     """One rank of the memory bench: the phases of a first run, or (``resume``) start and resume; writes its
     figures to ``folder/<run>-<rank>.json``."""
     from bench.memory_estimate import synthetic_batch, train_step
@@ -168,9 +168,9 @@ def memory_worker(rank, args, port, strategy, world_size, folder, resume):
     from common.modeling.module import RandomInitWarning
 
     warnings.simplefilter("ignore", RandomInitWarning)  # random weights on purpose: memory does not depend on them
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    # a file rendezvous: a free TCP port picked beforehand may be taken by another program before the ranks bind it
+    dist.init_process_group("gloo", init_method="file://" + rendezvous, rank=rank, world_size=world_size)
     try:
         task, cfg = memory_config(args, os.path.join(folder, "data"))
         torch.manual_seed(cfg.RNG_SEED + rank)
@@ -234,10 +234,8 @@ def memory(args):
                 os.makedirs(folder)
                 os.symlink(os.path.join(root, "data"), os.path.join(folder, "data"))
                 for resume in (False, True):
-                    with socket.socket() as s:
-                        s.bind(("127.0.0.1", 0))
-                        port = s.getsockname()[1]
-                    mp.start_processes(memory_worker, args=(args, port, strategy, n, folder, resume), nprocs=n,
+                    rendezvous = os.path.join(folder, "rendezvous-{}".format(int(resume)))
+                    mp.start_processes(memory_worker, args=(args, rendezvous, strategy, n, folder, resume), nprocs=n,
                                        start_method="spawn")
                 state_est = sum(sum(v.values()) if isinstance(v, dict) else v for k, v in est.items()
                                 if k in ("parameters", "gradients", "optimizer state", "ddp buckets"))
