@@ -7,10 +7,19 @@
 * ``checkpoint``: the training stall of one sharded checkpoint save (the time the ``Checkpointer.save`` call
   takes), synchronous (``dcp.save``) against TRAIN.ASYNC_CHECKPOINT (``dcp.async_save``), and the time until the
   background write is complete.
+* ``memory``: each rank's peak resident memory (``VmHWM``, reset before each phase through
+  ``/proc/self/clear_refs``) in the phases of a cls ViT run (``cfgs/cls/demo_cpu.yaml``, 32 x 32 images, patch 8,
+  ``--vit WIDTH DEPTH HEADS``, default ViT-B: 768 12 12, ~85 M parameters, fp32, AdamW) under ddp and fsdp on each
+  of ``--world-sizes`` gloo ranks: start (the engine's ``build_model``, then ``shard_model`` or DDP, the optimizer),
+  a training step, validation (the engine's ``run_validation`` on the demo data), a save (``Checkpointer.save``);
+  then in new processes start again and a resume (``Checkpointer.resume``, AUTO_RESUME). Beside each, what the
+  phase added to the resident memory at its start, and bench/memory_estimate.py's traced step peak.
 
     python bench/fsdp_bench.py [precision|checkpoint|all] [--ranks 2] [--layers 4] [--hidden 256] [--steps 5]
+    python bench/fsdp_bench.py memory [--vit 768 12 12] [--world-sizes 1 2 4] [--strategies ddp fsdp]
 """
 import argparse
+import json
 import os
 import socket
 import statistics
@@ -23,7 +32,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 from common.checkpoint.checkpointer import Checkpointer, epoch_checkpoint_path  # noqa: E402
 from common.checkpoint.train_state import new_train_state  # noqa: E402
 from common.modeling.nlp.modeling import BertEncoder  # noqa: E402
@@ -109,6 +119,143 @@ def checkpoint(args, rank):
             print("  {:5s} training stall {:.3f} s per save, written after {:.3f} s".format(mode, stall, total))
 
 
+MIB = 2.0 ** 20
+PHASES = ("start", "step", "validation", "save")  # a first run; then, in new processes, "start" and "resume"
+
+
+def _rss_kib(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+class PhasePeaks:
+    """Per phase: the peak resident memory of this process during it (VmHWM, reset at its start) and the resident
+    memory at its start, in bytes."""
+
+    def __init__(self):
+        self.figures = {}
+
+    def measure(self, name, run):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # the kernel's reset of the peak (VmHWM) to the current resident size
+        before = _rss_kib("VmRSS")
+        out = run()
+        self.figures[name] = {"peak": _rss_kib("VmHWM") * 1024, "before": before * 1024}
+        return out
+
+
+def memory_config(args, data):
+    """``(task, cfg)`` of the measured cls ViT (random weights, fp32, AdamW), with AUTO_RESUME from ``prefix``."""
+    from bench.memory_estimate import load_config
+    width, depth, heads = args.vit
+    opts = ["NETWORK.ARCH_KWARGS", "[['img_size', 32], ['patch_size', 8], ['embed_dim', {}], ['depth', {}], "
+            "['num_heads', {}]]".format(width, depth, heads), "DATASET.DATASET_PATH", data, "NUM_WORKERS_PER_GPU", 0,
+            "TRAIN.BATCH_IMAGES", args.batch, "VAL.BATCH_IMAGES", args.batch, "TRAIN.AUTO_RESUME", True,
+            "TRAIN.BEGIN_EPOCH", 0, "TRAIN.END_EPOCH", 2]
+    return load_config(os.path.join(ROOT, "cfgs", "cls", "demo_cpu.yaml"), "cls", "fp32", False,
+                       [str(o) for o in opts])
+
+
+def memory_worker(rank, args, rendezvous, strategy, world_size, folder, resume):
+    """One rank of the memory bench: the phases of a first run, or (``resume``) start and resume; writes its
+    figures to ``folder/<run>-<rank>.json``."""
+    from bench.memory_estimate import synthetic_batch, train_step
+    from common.engine import build_loader, build_model, run_validation
+    from common.optim import build_optimizer
+
+    import warnings
+    from common.modeling.module import RandomInitWarning
+
+    warnings.simplefilter("ignore", RandomInitWarning)  # random weights on purpose: memory does not depend on them
+    torch.set_num_threads(args.threads)
+    # a file rendezvous: a free TCP port picked beforehand may be taken by another program before the ranks bind it
+    dist.init_process_group("gloo", init_method="file://" + rendezvous, rank=rank, world_size=world_size)
+    try:
+        task, cfg = memory_config(args, os.path.join(folder, "data"))
+        torch.manual_seed(cfg.RNG_SEED + rank)
+        peaks = PhasePeaks()
+
+        def start():
+            model = build_model(task, cfg, torch.device("cpu"))
+            net = model
+            if strategy == "fsdp":
+                shard_model(model)
+            elif world_size > 1:
+                net = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=task.find_unused_parameters)
+            return model, net, build_optimizer(cfg, model, world_size)
+        model, net, optimizer = peaks.measure("start", start)
+        checkpointer = Checkpointer(model, optimizer, os.path.join(folder, "{}-{}".format(strategy, world_size)),
+                                    config=cfg)
+        batch = synthetic_batch(task, cfg)
+        if resume:
+            peaks.measure("resume", lambda: checkpointer.resume(cfg.TRAIN))
+        else:
+            peaks.measure("step", lambda: train_step(net, optimizer, batch, cfg))
+            loader = build_loader(task, cfg, "val", world_size, rank)
+            peaks.measure("validation", lambda: run_validation(net, loader, task.build_metrics(cfg, False),
+                                                               task.label_index_in_batch(cfg)))
+            peaks.measure("save", lambda: (checkpointer.save(epoch_checkpoint_path(checkpointer.prefix, 0),
+                                                             new_train_state(epoch=1)), checkpointer.wait()))
+        with open(os.path.join(folder, "{}-{}.json".format("resume" if resume else "run", rank)), "w") as f:
+            json.dump(peaks.figures, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def memory(args):
+    """The memory table (see the module docstring), printed per strategy and world size, one line per rank."""
+    import shutil
+    sys.path.insert(0, os.path.join(ROOT, "demo"))
+    import make_cls_demo_data
+    from bench.memory_estimate import estimate
+
+    width, depth, heads = args.vit
+    root = tempfile.mkdtemp(prefix="fsdp_memory_")
+    try:
+        make_cls_demo_data.write(os.path.join(root, "data"), train=max(args.batch * 4, 10), test=args.val_images)
+        task, cfg = memory_config(args, os.path.join(root, "data"))
+        from common.modeling.module import held_random_init_warnings
+        with held_random_init_warnings(), torch.device("meta"):
+            params = sum(p.numel() for p in task.build_model(cfg).parameters())
+        weights, state = 4 * params, 12 * params  # fp32 weights; + AdamW's two fp32 moments: a checkpoint's tensors
+        print("memory: cls ViT width {} depth {} heads {} (32 x 32 images, patch 8): {:.1f} M parameters, fp32 "
+              "weights {:.0f} MiB, weights + AdamW moments {:.0f} MiB; micro-batch {}, {} validation images, {} "
+              "thread(s) a rank; MiB per rank: peak during the phase (what it added to the resident memory at its "
+              "start)".format(width, depth, heads, params / 1e6, weights / MIB, state / MIB, args.batch,
+                              args.val_images, args.threads), flush=True)
+        print("| strategy | ranks | rank | start | step | validation | save | resume (new processes) | "
+              "estimate: step peak, state |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for strategy in args.strategies:
+            for n in args.world_sizes:
+                est = estimate(task, cfg, n, strategy)
+                folder = os.path.join(root, "{}-{}".format(strategy, n))
+                os.makedirs(folder)
+                os.symlink(os.path.join(root, "data"), os.path.join(folder, "data"))
+                for resume in (False, True):
+                    rendezvous = os.path.join(folder, "rendezvous-{}".format(int(resume)))
+                    mp.start_processes(memory_worker, args=(args, rendezvous, strategy, n, folder, resume), nprocs=n,
+                                       start_method="spawn")
+                state_est = sum(sum(v.values()) if isinstance(v, dict) else v for k, v in est.items()
+                                if k in ("parameters", "gradients", "optimizer state", "ddp buckets"))
+                for rank in range(n):
+                    figures = {}
+                    for run in ("run", "resume"):
+                        with open(os.path.join(folder, "{}-{}.json".format(run, rank))) as f:
+                            figures[run] = json.load(f)
+                    cell = lambda f: "{:.0f} (+{:.0f})".format(f["peak"] / MIB, (f["peak"] - f["before"]) / MIB)  # noqa: E731
+                    print("| {} | {} | {} | {} | {} | {} | {} | {} | {:.0f}, {:.0f} |".format(
+                        strategy, n, rank, *[cell(figures["run"][p]) for p in PHASES],
+                        cell(figures["resume"]["resume"]), est["peak"] / MIB, state_est / MIB), flush=True)
+                shutil.rmtree(folder)
+        print("goal at {} ranks (issue 48): resume adds at most {:.0f} MiB (1/N of the state + 20%), validation at most "
+              "{:.0f} MiB (1/N of the fp32 weights + 20%)".format(max(args.world_sizes),
+                                                                   1.2 * state / max(args.world_sizes) / MIB,
+                                                                   1.2 * weights / max(args.world_sizes) / MIB))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def worker(rank, args, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(args.threads)
@@ -124,7 +271,7 @@ def worker(rank, args, port):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", nargs="?", default="all", choices=["precision", "checkpoint", "all"])
+    parser.add_argument("what", nargs="?", default="all", choices=["precision", "checkpoint", "memory", "all"])
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=256)
@@ -133,7 +280,15 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--saves", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--vit", type=int, nargs=3, default=[768, 12, 12], metavar=("WIDTH", "DEPTH", "HEADS"),
+                        help="memory: the ViT's width, blocks and heads (default ViT-B)")
+    parser.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 4], help="memory: ranks, each in turn")
+    parser.add_argument("--strategies", nargs="+", choices=["ddp", "fsdp"], default=["ddp", "fsdp"])
+    parser.add_argument("--val-images", type=int, default=32, help="memory: validation images")
     args = parser.parse_args()
+    if args.what == "memory":
+        memory(args)
+        return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

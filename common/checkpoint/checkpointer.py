@@ -29,7 +29,8 @@ import yaml
 from torch.distributed.checkpoint import CheckpointException
 
 from common.checkpoint.rng import rng_state, set_rng_state
-from common.checkpoint.sharded import is_sharded_checkpoint, read_sharded_checkpoint, save_sharded_checkpoint
+from common.checkpoint.sharded import (is_sharded_checkpoint, load_into, read_index, read_sharded_checkpoint,
+                                       save_sharded_checkpoint, slot_key)
 from common.checkpoint.train_state import check_train_state, new_train_state
 from common.errors import CheckpointError
 from common.fileio.safe_load import UnreadableFileError, load_tensors
@@ -238,7 +239,7 @@ def prune_step_checkpoints(prefix, keep):
 def load_checkpoint_file(path):
     """Read a checkpoint dict on the CPU through :func:`common.fileio.safe_load.load_tensors` (nothing in it runs); a
     sharded checkpoint folder through :func:`common.checkpoint.sharded.read_sharded_checkpoint`, as one
-    dict of full tensors (DCP's index, ``.metadata``, is a pickle: read only folders you trust).
+    dict of full tensors (its DCP index read by :func:`common.fileio.safe_load.load_dcp_index`: nothing in it runs either).
 
     Raises:
         FileNotFoundError: no file at ``path``.
@@ -287,21 +288,98 @@ def load_model_state_dict(model, state_dict, source="state dict"):
         CheckpointError: missing / unexpected keys or shape mismatches, all listed, naming ``source``.
     """
     target = model.state_dict()
+    keys = _fitting_keys(target, {k: v.shape for k, v in state_dict.items()}, source)
+    parsed = {mk: state_dict[k] for mk, k in keys.items()}
+    model.load_state_dict({k: shard_like(v.to(target[k].dtype) if v.is_floating_point() else v, target[k])
+                           for k, v in parsed.items()})
+
+
+def _fitting_keys(target, shapes, source):
+    """``{key in target: key in shapes}`` when the checkpoint's tensor shapes ``shapes`` (``{key: shape}``) fit the
+    state dict ``target`` key for key (``module.`` prefixes aside).
+
+    Raises:
+        CheckpointError: missing / unexpected keys or shape mismatches, all listed, naming ``source``.
+    """
     parsed, unexpected = {}, []
-    for k, v in state_dict.items():
+    for k in shapes:
         mk = match_key(k, target)
         if mk is None:
             unexpected.append(k)
         else:
-            parsed[mk] = v
+            parsed[mk] = k
     missing = [k for k in target if k not in parsed]
-    shapes = ["{}: {} in checkpoint, {} in model".format(k, tuple(v.shape), tuple(target[k].shape))
-              for k, v in parsed.items() if v.shape != target[k].shape]
-    if missing or unexpected or shapes:
+    mismatched = ["{}: {} in checkpoint, {} in model".format(mk, tuple(shapes[k]), tuple(target[mk].shape))
+                  for mk, k in parsed.items() if tuple(shapes[k]) != tuple(target[mk].shape)]
+    if missing or unexpected or mismatched:
         raise CheckpointError("{} does not fit the model:\n  missing keys: {}\n  unexpected keys: {}\n"
-                              "  shape mismatches: {}".format(source, missing, unexpected, shapes))
-    model.load_state_dict({k: shard_like(v.to(target[k].dtype) if v.is_floating_point() else v, target[k])
-                           for k, v in parsed.items()})
+                              "  shape mismatches: {}".format(source, missing, unexpected, mismatched))
+    return parsed
+
+
+def _folder_index(path):
+    """:func:`common.checkpoint.sharded.read_index` of the folder ``path``, its errors as one
+    CheckpointError naming the file."""
+    try:
+        rest, index = read_index(path)
+    except (UnreadableFileError, OSError) as e:
+        raise CheckpointError(str(e)) from None
+    if "state_dict" not in rest:
+        raise CheckpointError("{} is not a checkpoint: expected a dict with a 'state_dict' entry, found keys {}"
+                              .format(path, sorted(rest)[:10]))
+    return rest, index
+
+
+def read_into_shards(path, model, optimizer=None, extra=None, check=None):
+    """The checkpoint dict of the folder ``path`` for restoring into the FSDP-sharded ``model`` (a collective:
+    every rank calls it): each rank reads only its shards, straight into DTensors of this run's layout, resharded
+    from the layout of the run that saved it whatever its number of ranks (``torch.distributed.checkpoint``).
+
+    The model's and the ``extra`` objects' own tensors (``state_dict()``: the EMA copy) are filled in place; the
+    optimizer's per-parameter tensors (Adam moments, of a parameter's shape) are new DTensors laid out as their
+    parameter; every other tensor (RNG states, the loss scale, step counts) is read whole. No rank holds a full
+    tensor of the model; nothing is written to disk. :func:`restore_checkpoint` then loads the dict as one read by
+    :func:`load_checkpoint_file`.
+
+    Args:
+        check: ``check(ckpt, path)`` run before any tensor is read, on the dict with DCP slots for its tensors
+            (its keys and ``config`` are the checkpoint's), or None.
+    Raises:
+        CheckpointError: the folder is unreadable, a shard is torn, or its model does not fit ``model``; what
+            ``check`` raises.
+    """
+    rest, index = _folder_index(path)
+    if check is not None:
+        check(rest, path)
+    logger.info("Reading %s: each rank its shards", path)
+    own = unwrap_model(model).state_dict()
+    saved = rest["state_dict"]
+    keys = _fitting_keys(own, {k: index[slot_key(v)][0] for k, v in saved.items() if slot_key(v)}, path)
+    live = {slot_key(saved[k]): own[mk] for mk, k in keys.items()}
+    for name, obj in (extra or {}).items():
+        if isinstance(rest.get(name), dict) and hasattr(obj, "state_dict"):
+            state = obj.state_dict()
+            live.update({slot_key(v): state[k] for k, v in rest[name].items()
+                         if slot_key(v) and isinstance(state.get(k), torch.Tensor)})
+    params = [p for group in optimizer.param_groups for p in group["params"]] if optimizer is not None else []
+    like = {}
+    for i, entry in rest.get("optimizer", {}).get("state", {}).items():
+        if isinstance(i, int) and i < len(params) and isinstance(entry, dict):
+            like.update({slot_key(v): params[i] for v in entry.values() if slot_key(v)})
+    tensors = {}
+    for key, (shape, dtype) in index.items():
+        target = live.get(key)
+        if target is not None and tuple(target.shape) == shape and target.dtype == dtype:
+            tensors[key] = target  # read in place
+        elif key in like and tuple(like[key].shape) == shape:
+            tensors[key] = torch.empty_like(like[key], dtype=dtype)  # a DTensor: this rank's shard only
+        else:
+            tensors[key] = torch.empty(shape, dtype=dtype)
+    try:
+        return load_into(path, rest, tensors)
+    except (CheckpointException, OSError, RuntimeError, KeyError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError("{} is not a readable sharded checkpoint: {}".format(path, reason)) from None
 
 
 def _scaler_state(state):
@@ -359,7 +437,7 @@ def find_resume_checkpoint(prefix, begin_epoch, end_epoch, resume=False, auto_re
     """
     if resume:
         path = epoch_checkpoint_path(prefix, begin_epoch - 1)
-        if not os.path.isfile(path):
+        if not os.path.exists(path):  # a file, or the folder of a sharded checkpoint
             raise FileNotFoundError("TRAIN.RESUME with BEGIN_EPOCH={} needs {}, which does not exist"
                                     .format(begin_epoch, path))
         return [path]
@@ -394,13 +472,18 @@ def _train_state_of(ckpt, path, steps_per_epoch):
     return new_train_state(epoch=epoch, global_step=int(epoch * steps_per_epoch) if steps_per_epoch else 0)
 
 
-def _newest_readable(prefix, train_cfg):
+def _newest_readable(prefix, train_cfg, shards=False):
     """``(path, checkpoint, None)`` of the newest candidate that reads, ``(None, None, None)`` when there
-    is no candidate, ``(None, None, message)`` when TRAIN.RESUME's file or every candidate is unreadable."""
+    is no candidate, ``(None, None, message)`` when TRAIN.RESUME's file or every candidate is unreadable.
+    With ``shards`` (the model is sharded), a folder is only checked (its ``rest.pt``, index and shard files), its
+    checkpoint None: every rank then reads its shards (:func:`read_into_shards`)."""
     skipped = []
     for candidate in find_resume_checkpoint(prefix, train_cfg.BEGIN_EPOCH, train_cfg.END_EPOCH,
                                             train_cfg.RESUME, train_cfg.AUTO_RESUME):
         try:
+            if shards and is_sharded_checkpoint(candidate):
+                _folder_index(candidate)
+                return candidate, None, None
             return candidate, load_checkpoint_file(candidate), None
         except CheckpointError as e:
             if train_cfg.RESUME:
@@ -423,7 +506,8 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
     skipped with a warning, but when none reads the run stops rather than start over and
     overwrite them) and tells the others, so all ranks load the same one; every rank
     then restores model, optimizer, loss scaler, scheduler, validation monitor and its own RNG
-    state. Call it last before :func:`common.trainer.train`: anything drawing random numbers
+    state. A sharded folder resumed by a sharded model is read shard by shard (:func:`read_into_shards`: no rank
+    holds the whole model); a file, or a folder resumed without sharding, is read whole on every rank. Call it last before :func:`common.trainer.train`: anything drawing random numbers
     in between breaks exactness.
 
     Args:
@@ -443,18 +527,22 @@ def resume_training(prefix, train_cfg, model, optimizer, scaler=None, lr_schedul
             the model (on every rank; the message names the run folder to move away); what ``check`` raises.
     """
     path, ckpt, error = None, None, None
+    shards = is_sharded(unwrap_model(model))
     if cdist.is_main_process():
         remove_stale_temp_files(prefix)
-        path, ckpt, error = _newest_readable(prefix, train_cfg)
+        path, ckpt, error = _newest_readable(prefix, train_cfg, shards)
     path, error = cdist.broadcast_object((path, error))  # every rank stops on rank 0's error
     if error is not None:
         raise CheckpointError(error)
     if path is None:
         return None
-    if ckpt is None:
-        ckpt = load_checkpoint_file(path)
-    if check is not None:
-        check(ckpt, path)
+    if shards and is_sharded_checkpoint(path):
+        ckpt = read_into_shards(path, model, optimizer, extra, check)
+    else:  # a file, or a folder read whole for an unsharded model
+        if ckpt is None:
+            ckpt = load_checkpoint_file(path)
+        if check is not None:
+            check(ckpt, path)
     try:
         restored = restore_checkpoint(ckpt, model, optimizer, scaler, lr_scheduler, validation_monitor, source=path,
                                       extra=extra)

@@ -13,25 +13,30 @@ A checkpoint of ``TRAIN.STRATEGY: fsdp`` keeps the name of a checkpoint file (``
 Atomic as a file checkpoint: the ranks write into a hidden ``.{name}.<random>.tmp`` folder, renamed to the final
 name only once every shard and the DCP index are complete, so a torn checkpoint never has a checkpoint's name.
 
-Reading (:func:`read_sharded_checkpoint`) gives the dict of a file checkpoint with full tensors, whatever the
-number of ranks that wrote it: every reader of checkpoints (resume under either strategy and any world size,
-``val.py``, ``test.py``, the predictor, ``tools/export.py``) takes a folder as it takes a file.
+Nothing in a folder runs code: ``rest.pt`` is read by the weights-only loader, DCP's index by
+:func:`common.fileio.safe_load.load_dcp_index` (DCP's metadata classes only), the shards by DCP's weights-only reads.
+:func:`read_sharded_checkpoint` gives the dict of a file checkpoint with full tensors in one process, whatever the
+number of ranks that wrote it (``val.py``, ``test.py``, the predictor, ``tools/export.py``, resume under DDP);
+:func:`read_index` then :func:`load_into` read each rank's shards straight into DTensors of any layout (resume
+under FSDP, resharded to the world size at load).
 """
 import collections
 import os
 import shutil
-import tempfile
 import threading
 import uuid
+import warnings
 
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.metadata import StorageMeta
 
-from common.fileio.safe_load import load_tensors
+from common.fileio.safe_load import UnreadableFileError, load_dcp_index, load_tensors
 from common.runtime import distributed as cdist
 
 REST_FILE = "rest.pt"
+INDEX_FILE = ".metadata"  # DCP's name
 _SLOT = "__dcp_tensor__"  # marks where a tensor of the DCP part goes back into the rest's structure
 
 
@@ -175,16 +180,91 @@ def save_sharded_checkpoint(ckpt, paths, async_save=False, logger=None):
     return pending
 
 
-def read_sharded_checkpoint(path):
-    """The checkpoint dict of the folder ``path`` with full tensors on the CPU (one process, no collective).
+def slot_key(value):
+    """The DCP key of a tensor's slot in ``rest.pt``'s structure (see :func:`read_index`), or None."""
+    return value[_SLOT] if isinstance(value, dict) and set(value) == {_SLOT} else None
 
+
+def _slots(value):
+    """The DCP keys that :func:`_split` left in ``value``, in order."""
+    if isinstance(value, dict):
+        if set(value) == {_SLOT}:
+            return [value[_SLOT]]
+        return [key for v in value.values() for key in _slots(v)]
+    if isinstance(value, (list, tuple)):
+        return [key for v in value for key in _slots(v)]
+    return []
+
+
+class _SafeReader(FileSystemReader):
+    """DCP's reader of a folder with its index read by :func:`common.fileio.safe_load.load_dcp_index` (DCP's own reader
+    runs a full unpickler on it); the shards are read as DCP reads them, with the weights-only unpickler."""
+
+    def read_metadata(self, *args, **kwargs):
+        index = load_dcp_index(os.path.join(str(self.path), INDEX_FILE))
+        if index.storage_meta is None:
+            index.storage_meta = StorageMeta()
+        index.storage_meta.load_id = self.load_id
+        return index
+
+
+def read_index(path):
+    """What the folder ``path`` holds, without reading its tensors (every rank may call it; no collective).
+
+    Returns:
+        ``(rest, index)``: the dict of ``rest.pt``, each tensor replaced by a slot naming its DCP key, and
+        ``{key: (global shape tuple, dtype)}`` of those keys.
     Raises:
-        common.fileio.safe_load.UnreadableFileError: ``rest.pt`` is missing, unreadable or asks to run code.
-        FileNotFoundError, RuntimeError: DCP's own errors on missing or torn shards.
+        FileNotFoundError, common.fileio.safe_load.UnreadableFileError: ``rest.pt`` or the index is missing, unreadable or
+            asks to run code; the index lacks a tensor; a shard file is missing or shorter than the index says
+            (a torn copy). The message names the file.
     """
     rest = load_tensors(os.path.join(path, REST_FILE), "checkpoint", allowed_globals=[collections.Counter])
-    with tempfile.TemporaryDirectory() as folder:  # DCP's converter writes one torch file, read back safely
-        single = os.path.join(folder, "full.pt")
-        dcp_to_torch_save(path, single)
-        tensors = load_tensors(single, "checkpoint")
+    index = load_dcp_index(os.path.join(path, INDEX_FILE))
+    keys = _slots(rest)
+    missing = [key for key in keys if key not in index.state_dict_metadata]
+    if missing:
+        raise UnreadableFileError("{} is not a readable sharded checkpoint: its index {} lacks {} of the tensors "
+                                  "rest.pt names ({})".format(path, INDEX_FILE, len(missing), missing[0]))
+    ends = {}
+    for info in index.storage_data.values():
+        ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
+    for name, end in sorted(ends.items()):
+        shard = os.path.join(path, name)
+        if not os.path.isfile(shard) or os.path.getsize(shard) < end:
+            raise UnreadableFileError("{} is not a readable sharded checkpoint: its shard {} is {}".format(
+                path, name, "missing" if not os.path.isfile(shard) else "shorter than its index says"))
+    return rest, {key: (tuple(index.state_dict_metadata[key].size), index.state_dict_metadata[key].properties.dtype)
+                  for key in keys}
+
+
+def load_into(path, rest, tensors, collective=True):
+    """Fill ``tensors`` (``{DCP key: tensor}``, every key of ``rest``'s slots) from the folder ``path`` in place
+    and put them back into ``rest``'s structure. A DTensor gets its own shard of the saved tensor, whatever the
+    layout and the number of ranks that saved it (DCP reshards); a plain tensor gets the whole saved tensor.
+
+    Args:
+        collective: every rank calls it with the same keys (DTensors: a collective of the default group); False:
+            one process, no collective (plain tensors only).
+    Returns:
+        ``rest`` with each slot replaced by its tensor.
+    Raises:
+        torch.distributed.checkpoint.CheckpointException, OSError, RuntimeError: a shard that cannot be read.
+    """
+    with warnings.catch_warnings():  # DCP warns that a read without collectives is a single process's: it is
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(tensors, storage_reader=_SafeReader(path), no_dist=not collective)
     return _join(rest, tensors)
+
+
+def read_sharded_checkpoint(path):
+    """The checkpoint dict of the folder ``path`` with full tensors on the CPU (one process, no collective, no
+    temporary file).
+
+    Raises:
+        FileNotFoundError, common.fileio.safe_load.UnreadableFileError: see :func:`read_index`.
+        torch.distributed.checkpoint.CheckpointException, OSError, RuntimeError: DCP's own errors on a shard.
+    """
+    rest, index = read_index(path)
+    return load_into(path, rest, {key: torch.empty(shape, dtype=dtype) for key, (shape, dtype) in index.items()},
+                     collective=False)

@@ -9,6 +9,8 @@ elsewhere in the product):
 * :func:`load_pickle` -- plain pickles such as RefCOCO's ``refs(unc).p``: an unpickler that builds
   only containers, strings, numbers, booleans and None, and refuses every other global; with
   ``numpy_arrays=True`` also numpy arrays of numbers (CIFAR's "python version" batches).
+* :func:`load_dcp_index` -- the index (``.metadata``) of a sharded checkpoint folder written by
+  ``torch.distributed.checkpoint``: an unpickler that builds only DCP's metadata classes of tensors.
 
 A refused or unreadable file raises :class:`UnreadableFileError`, whose one-line message names
 the file and, for a refused file, the callable it asked for (which was not called).
@@ -189,3 +191,65 @@ def load_pickle(path, what="pickle file", encoding="utf-8", numpy_arrays=False):
     except Exception as e:  # EOFError, UnpicklingError, UnicodeDecodeError, ...
         raise UnreadableFileError("{} is not a readable {} ({}: {})".format(
             path, what, type(e).__name__, e)) from None
+
+
+# The classes of DCP's index (``torch.distributed.checkpoint``'s ``.metadata``) of a checkpoint of tensors: building
+# one (a dataclass, an enum member, ``torch.Size``, a path, a layout looked up by name) runs nothing else.
+# ``BytesStorageMetadata`` is left out on purpose: DCP reads such an entry with ``torch.load(weights_only=False)``.
+_DCP_INDEX_GLOBALS = {("torch.distributed.checkpoint.metadata", name) for name in (
+    "Metadata", "TensorStorageMetadata", "ChunkStorageMetadata", "TensorProperties", "_MEM_FORMAT_ENCODING",
+    "StorageMeta", "MetadataIndex")} | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
+    ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "WindowsPath")}
+
+
+class _DcpIndexUnpickler(_PlainUnpickler):
+    """Unpickler of DCP's index: :data:`_PLAIN_GLOBALS`, :data:`_DCP_INDEX_GLOBALS` and torch's dtypes
+    (``torch.float32``, ...: objects named, not called)."""
+
+    def find_class(self, module, name):
+        if (module, name) in _DCP_INDEX_GLOBALS:
+            return pickle.Unpickler.find_class(self, module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        return super().find_class(module, name)
+
+
+def load_dcp_index(path, what="index of a sharded checkpoint"):
+    """Read DCP's index file (``<folder>/.metadata`` of ``torch.distributed.checkpoint``) without running code:
+    only DCP's metadata classes of a checkpoint of tensors are built, any other global is refused.
+
+    Returns:
+        ``torch.distributed.checkpoint.metadata.Metadata`` whose every entry is a ``TensorStorageMetadata``
+        and whose shard files (``storage_data``) are plain file names in the folder, untransformed.
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        UnreadableFileError: truncated, not DCP's index, or it names another callable (refused, not called);
+            the message names ``path``.
+    """
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, TensorStorageMetadata
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError("{} {} does not exist".format(what, path))
+    try:
+        with open(path, "rb") as f:
+            index = _DcpIndexUnpickler(f).load()
+    except _Refused as e:
+        raise _refused(path, what, e) from None
+    except Exception as e:  # EOFError, UnpicklingError, a class's own check, ...
+        raise UnreadableFileError("{} is not a readable {} ({}: {})".format(path, what, type(e).__name__, e)) from None
+    entries = getattr(index, "state_dict_metadata", None)
+    storage = getattr(index, "storage_data", None)
+    problem = None
+    if not isinstance(index, Metadata) or not isinstance(entries, dict) or not isinstance(storage, dict):
+        problem = "not DCP's Metadata of tensors"
+    elif not all(isinstance(v, TensorStorageMetadata) for v in entries.values()):
+        problem = "an entry that is not a tensor"
+    elif not all(isinstance(k, MetadataIndex) and isinstance(v, _StorageInfo) and isinstance(v.relative_path, str)
+                 and os.path.basename(v.relative_path) == v.relative_path not in ("", ".", "..")
+                 and not v.transform_descriptors for k, v in storage.items()):
+        problem = "a shard outside its folder or of an unknown encoding"
+    if problem:
+        raise UnreadableFileError("{} is not a readable {} ({})".format(path, what, problem))
+    return index

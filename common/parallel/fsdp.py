@@ -150,8 +150,9 @@ def gather_full(value):
 def shard_like(full, target):
     """The full tensor ``full`` laid out as the DTensor ``target`` (same mesh and placements; each rank keeps
     its own shard of the copy it holds, no communication), dtype kept; ``full`` itself when ``target`` is a
-    plain tensor. Every rank must hold the same ``full``."""
-    if isinstance(target, DTensor):
+    plain tensor. Every rank must hold the same ``full``. A ``full`` that is already a DTensor (read straight into
+    shards) is returned as it is."""
+    if isinstance(target, DTensor) and not isinstance(full, DTensor):
         return distribute_tensor(full, target.device_mesh, target.placements, src_data_rank=None)
     return full
 

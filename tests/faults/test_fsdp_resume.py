@@ -69,6 +69,7 @@ def test_sigkill_mid_epoch_then_auto_resume_is_bit_identical(tiny_cfg, clean_run
     rc, out, err = harness.run(tiny_cfg, work, nprocs=2, opts=opts, timeout=300)
     assert rc == 0, err[-3000:]
     assert "Resumed from" in out + err and "tiny-0001-b0000004.model" in out + err
+    assert "tiny-0001-b0000004.model: each rank its shards" in out + err  # read shard by shard, not whole
     # the same process count, strategy and order of sums: exact (bit for bit); of async saves, each holds the
     # state at its own step, not a later one's
     harness.assert_same(_final(work), clean_runs["fsdp"])
@@ -89,3 +90,28 @@ def test_checkpoint_of_one_strategy_resumes_under_the_other(tiny_cfg, clean_runs
     assert os.path.isdir(os.path.join(harness.out_dir(work), harness.FINAL)) == (second == "fsdp")
     _assert_close(final, clean_runs[second])
     _assert_close(final, clean_runs[first])
+
+
+@pytest.mark.slow
+def test_a_head_without_gradients_and_the_ema_resume_bit_identical(tiny_cfg, tmp_path):
+    """A head that no forward uses (registered first): its parameters never get a gradient, so the optimizer has
+    no state for its first two parameters; with an EMA copy (sharded as the model, read into its shards too).
+    SIGKILL mid-epoch, then AUTO_RESUME (shard by shard) ends as the uninterrupted run of the same model."""
+    unused = {"FAULT_UNUSED_HEAD": 1}
+    opts = FSDP + ["TRAIN.EMA_DECAY", 0.9]
+    rc, _, err = harness.run(tiny_cfg, tmp_path / "clean", nprocs=2, opts=opts, timeout=300, faults=unused)
+    assert rc == 0, err[-3000:]
+    work = tmp_path / "work"
+    rc, _, err = harness.run(tiny_cfg, work, nprocs=2, opts=opts, timeout=300,
+                             faults=dict(unused, FAULT_KILL_AT_BATCH=KILL_AT))
+    assert rc != 0, err[-2000:]
+    rc, out, err = harness.run(tiny_cfg, work, nprocs=2, opts=opts, timeout=300, faults=unused)
+    assert rc == 0, err[-3000:]
+    assert "tiny-0001-b0000004.model: each rank its shards" in out + err
+    final = _final(work)
+    assert [k for k in final["state_dict"] if k.startswith("unused_head.")] == ["unused_head.weight",
+                                                                                 "unused_head.bias"]
+    assert sorted(final["optimizer"]["state"]) == [2, 3, 4, 5]
+    assert sorted(final["ema"]) == sorted(final["state_dict"])
+    # the same process count, strategy and order of sums: exact (bit for bit)
+    harness.assert_same(final, _final(tmp_path / "clean"))

@@ -193,3 +193,107 @@ def test_no_bare_unpickling_outside_safe_load():
                         if UNSAFE.search(code):
                             offenders.append("{}:{}: {}".format(os.path.relpath(path, ROOT), number, line.strip()))
     assert offenders == [], "load files through common.fileio.safe_load:\n" + "\n".join(offenders)
+
+
+def evil_sharded_folder(folder, marker):
+    """A sharded checkpoint folder (as an FSDP run writes: shards, DCP's index, rest.pt) whose DCP index
+    ``.metadata`` is a pickle calling os.system; returns the index's path."""
+    from common.checkpoint.sharded import INDEX_FILE, save_sharded_checkpoint
+
+    save_sharded_checkpoint({"state_dict": {"w": torch.zeros(2)}, "train_state": {"epoch": 1}}, str(folder))
+    index = os.path.join(str(folder), INDEX_FILE)
+    with open(index, "wb") as f:
+        pickle.dump({"state_dict_metadata": payloads(marker)["os.system"]}, f)
+    return index
+
+
+def test_a_sharded_folder_whose_index_runs_code_is_refused_by_every_reader(tiny_cfg, tmp_path, capsys):
+    """The DCP index of a folder read as a checkpoint by resume, val.py, test.py, the predictor and export: one
+    ``error:`` line naming the index file (resume with AUTO_RESUME: a warning naming it, then the previous
+    checkpoint), the command never run."""
+    marker = tmp_path / "created_by_pickle"
+    # resume: the newest checkpoint of a tiny run replaced by the folder
+    folder = harness.out_dir(tmp_path / "m")
+    assert harness.run_here(tiny_cfg, tmp_path / "m", opts=["TRAIN.END_EPOCH", 1]) == 0
+    index = evil_sharded_folder(os.path.join(folder, "tiny-0001.model"), marker)
+    capsys.readouterr()
+    assert harness.run_here(tiny_cfg, tmp_path / "m", opts=["TRAIN.END_EPOCH", 2]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"skipping unreadable checkpoint, falling back to the previous one: " + refused(
+        index, "posix.system"), out), out[-2000:]
+    assert "Resumed from {}".format(os.path.join(folder, "tiny-0000.model")) in out
+    assert not marker.exists()
+
+    from tests.test_export import CLS_OPTS
+    evil = tmp_path / "evil-0000.model"
+    index = evil_sharded_folder(evil, marker)
+    cfg = os.path.join(ROOT, "cfgs", "cls", "demo_cpu.yaml")
+    commands = {
+        "val.py": (os.path.join(ROOT, "cls", "val.py"), ["--cfg", cfg, "--ckpt", evil, "--opts"] + CLS_OPTS),
+        "test.py": (os.path.join(ROOT, "cls", "test.py"), ["--cfg", cfg, "--ckpt", evil, "--result-path",
+                                                           tmp_path / "res", "--opts"] + CLS_OPTS),
+        "predictor": (os.path.join(ROOT, "tools", "predict.py"), ["--cfg", cfg, "--ckpt", evil, "--image",
+                                                                  tmp_path / "x.png", "--opts"] + CLS_OPTS),
+        "export": (os.path.join(ROOT, "tools", "export.py"), ["--cfg", cfg, "--ckpt", evil, "--format", "onnx",
+                                                              "--out", tmp_path / "x.onnx", "--opts"] + CLS_OPTS),
+    }
+    from PIL import Image
+    Image.new("RGB", (32, 32)).save(str(tmp_path / "x.png"))
+    for what, (entry, argv) in commands.items():
+        capsys.readouterr()
+        assert tiny_vcr_cfg.run_script(entry, [str(a) for a in argv]) == 2, what
+        err = capsys.readouterr().err
+        assert re.fullmatch("error: " + refused(index, "posix.system") + r"[^\n]*\n", err), (what, err)
+        assert not marker.exists(), what
+
+
+@pytest.mark.slow
+def test_a_sharded_run_refuses_a_folder_whose_index_runs_code(tiny_cfg, tmp_path):
+    """TRAIN.RESUME of an FSDP run (a process group of one rank, the model sharded: rank 0 checks the folder's
+    index before every rank reads its shards) from an epoch folder whose index calls os.system: one error line
+    naming the index, exit 2, nothing run."""
+    marker = tmp_path / "created_by_pickle"
+    opts = ["TRAIN.STRATEGY", "fsdp", "TRAIN.END_EPOCH", 1]
+    rc, _, err = harness.run(tiny_cfg, tmp_path / "m", opts=opts, dist=True, timeout=300)
+    assert rc == 0, err[-3000:]
+    folder = os.path.join(harness.out_dir(tmp_path / "m"), "tiny-0000.model")
+    assert os.path.isdir(folder)
+    with open(os.path.join(folder, ".metadata"), "wb") as f:
+        pickle.dump({"state_dict_metadata": payloads(marker)["os.system"]}, f)
+    rc, _, err = harness.run(tiny_cfg, tmp_path / "m", dist=True, timeout=300, opts=[
+        "TRAIN.STRATEGY", "fsdp", "TRAIN.RESUME", True, "TRAIN.BEGIN_EPOCH", 1, "TRAIN.END_EPOCH", 2])
+    assert rc != 0
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    # the launcher's output folder path holds a "./": the index is named from the run's folder on
+    assert len(errors) == 1 and re.fullmatch("error: .*" + refused(os.path.join("train_train", "tiny-0000.model",
+                                                                                ".metadata"), "posix.system") + ".*",
+                                              errors[0]), err[-3000:]
+    assert not marker.exists()
+
+
+def test_a_dcp_index_holds_only_tensor_entries_in_files_of_its_folder(tmp_path):
+    """The reader admits DCP's metadata classes, and of them only what a folder of tensors holds: an entry DCP
+    would read with ``torch.load(weights_only=False)`` (BytesStorageMetadata) or a shard path outside the folder
+    is refused by name; a folder as the writer leaves it reads back exactly (the same bytes)."""
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+    from common.checkpoint.sharded import INDEX_FILE, read_sharded_checkpoint, save_sharded_checkpoint
+    from common.fileio.safe_load import load_dcp_index
+
+    folder = str(tmp_path / "run-0000.model")
+    weights = {"w": torch.arange(6.0).reshape(2, 3), "b": torch.ones(3, dtype=torch.bfloat16)}
+    save_sharded_checkpoint({"state_dict": weights, "rng": [{"torch": torch.arange(4, dtype=torch.uint8)}]}, folder)
+    back = read_sharded_checkpoint(folder)
+    assert all(torch.equal(back["state_dict"][k], v) and back["state_dict"][k].dtype == v.dtype
+               for k, v in weights.items())
+    index_path = os.path.join(folder, INDEX_FILE)
+    index = load_dcp_index(index_path)
+    bytes_entry = pickle.loads(pickle.dumps(index))
+    bytes_entry.state_dict_metadata["state_dict/w"] = BytesStorageMetadata()
+    outside = pickle.loads(pickle.dumps(index))
+    next(iter(outside.storage_data.values())).relative_path = "../elsewhere.distcp"
+    for crafted, message in ((bytes_entry, "it asks to call torch.distributed.checkpoint.metadata.BytesStorageMetadata"),
+                             (outside, "a shard outside its folder")):
+        with open(index_path, "wb") as f:
+            pickle.dump(crafted, f)
+        with pytest.raises(ck.CheckpointError, match=re.escape(index_path) + ".*" + re.escape(message)):
+            ck.load_checkpoint_file(folder)

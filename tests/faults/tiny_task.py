@@ -31,6 +31,8 @@ Faults for the tests, from environment variables or :func:`install_faults` (coun
     FAULT_PID_DIR=folder        write this process's pid to <folder>/<rank>.pid
     FAULT_CLOSE_DELAY_S=s       closing the TensorBoard writer (rank 0, the end of train_net) takes s more seconds
     FAULT_SAMPLE_LOG=path       append "<epoch> <index>" of each training sample loaded to <path>.<rank>
+    FAULT_UNUSED_HEAD=1         TinyNet gets a head that no forward uses (parameters that never get a gradient),
+                                registered first (the optimizer's state then starts at the third parameter)
 """
 import errno
 import io
@@ -155,6 +157,8 @@ class TinyNet(Module):
 
     def __init__(self, config):
         super().__init__(config)
+        if "FAULT_UNUSED_HEAD" in FAULTS:
+            self.unused_head = nn.Linear(FEATURES, 3)
         self.mlp = nn.Sequential(nn.Linear(FEATURES, 512), nn.ReLU(), nn.Dropout(0.3), nn.Linear(512, 2))
         self.train_batches = 0
         self.val_batches = 0
