@@ -749,11 +749,14 @@ def _assert_close(got, expected, where="", tol=1e-6):
         assert got == expected, (where, got, expected)
 
 
-def _assert_handoff_travels(tmp_path, capsys, monkeypatch, cfg, ckpt, opts, inputs, forbidden, topk=5):
+def _assert_handoff_travels(tmp_path, capsys, monkeypatch, cfg, ckpt, opts, inputs, forbidden, topk=5,
+                            fresh_python=False):
     """Export ``ckpt`` with tools/export.py, move the folder elsewhere, delete the export, and check that
     ``Predictor.from_checkpoint(folder)`` (working folder elsewhere) and tools/predict.py (no --cfg / --opts /
     --feature-weights, a subprocess that may not open anything under ``forbidden``) answer ``inputs`` (images
-    under tmp_path/photos) as the checkpoint does, within 1e-6. Returns the export's stdout."""
+    under tmp_path/photos) as the checkpoint does, within 1e-6; with ``fresh_python``, docs/export.md's Python
+    lines too, in a fresh process under the same guard (one task's test does it: the code path is the task's
+    own in the in-process check above). Returns the export's stdout."""
     import shutil
     import subprocess
     import sys
@@ -784,7 +787,20 @@ def _assert_handoff_travels(tmp_path, capsys, monkeypatch, cfg, ckpt, opts, inpu
     assert done.returncode == 0, done.stderr[-3000:]
     for got, want in zip(json.load(open(elsewhere / "out.json")), expected):
         _assert_close(dict(got, image=None), dict(want, image=None))
-    # docs/export.md's Python lines in a fresh process: the folder alone, no task package imported by hand
+    if fresh_python:
+        _assert_docs_python_lines_answer(elsewhere, listed, photos, env, topk, expected)
+    # the guard works: the original checkpoint cannot be read under it
+    refused = subprocess.run([sys.executable, "-c", "open({!r}, 'rb')".format(ckpt)], env=env, capture_output=True,
+                             text=True)
+    assert "this test forbids reading" in refused.stderr
+    return exported
+
+
+def _assert_docs_python_lines_answer(elsewhere, listed, photos, env, topk, expected):
+    """docs/export.md's Python lines in a fresh process: the folder alone, no task package imported by hand."""
+    import subprocess
+    import sys
+
     snippet = ("import json, sys; sys.path.insert(0, {root!r}); from common.inference import Predictor; "
                "predictor = Predictor.from_checkpoint('moved'); "
                "json.dump(predictor(json.load(open('inputs.json')), topk={topk}), open('py.json', 'w'))")
@@ -795,11 +811,6 @@ def _assert_handoff_travels(tmp_path, capsys, monkeypatch, cfg, ckpt, opts, inpu
     assert done.returncode == 0, done.stderr[-3000:]
     for got, want in zip(json.load(open(elsewhere / "py.json")), expected):
         _assert_close(dict(got, image=None), dict(want, image=None))
-    # the guard works: the original checkpoint cannot be read under it
-    refused = subprocess.run([sys.executable, "-c", "open({!r}, 'rb')".format(ckpt)], env=env, capture_output=True,
-                             text=True)
-    assert "this test forbids reading" in refused.stderr
-    return exported
 
 
 def _photos(tmp_path, sizes):
@@ -863,7 +874,7 @@ def test_the_vcr_handoff_travels(vcr_run, tmp_path, capsys, monkeypatch):
     data = vcr_run["opts"][vcr_run["opts"].index("DATASET.DATASET_PATH") + 1]
     _assert_handoff_travels(tmp_path, capsys, monkeypatch, vcr_run["cfg"], vcr_run["ckpt"], vcr_run["opts"], inputs,
                             [data, os.path.dirname(vcr_run["ckpt"]),
-                             _bert_folder(vcr_run["cfg"], vcr_run["opts"], "vcr")])
+                             _bert_folder(vcr_run["cfg"], vcr_run["opts"], "vcr")], fresh_python=True)
 
 
 def test_the_refcoco_handoff_travels(refcoco_run, tmp_path, capsys, monkeypatch):

@@ -13,6 +13,7 @@ import torch
 
 from tests import tiny_pretrain as tp
 from tests import tiny_vcr as vcr
+from tests.conftest import slow_cases
 
 # Metrics and loss loggers each config logs (the reference's names).
 MULTITASK_METRICS = ["MLMAccWVC", "MLMAccAUX", "MVRCAccuracy", "MLMLossWVC", "MLMLossAUX", "MVRCLoss"]
@@ -23,7 +24,8 @@ def load(path):
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-@pytest.mark.parametrize("name", tp.CONFIGS)
+# Slow: large_e2e, the large twin of base_e2e (the same end-to-end path with the ResNet trained).
+@pytest.mark.parametrize("name", slow_cases(tp.CONFIGS, ["large_e2e_16x16G_fp16.yaml"]))
 def test_every_shipped_config_trains_through_the_entry_point(tmp_path, tiny_pretrain, name):
     assert tp.train(tmp_path, name, tp.opts(name, tiny_pretrain)) == 0
     ckpt = load(tp.checkpoint_path(tmp_path, name, 0))
