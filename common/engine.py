@@ -43,6 +43,7 @@ from common.partial_pretrain import load_partial_pretrain
 from common.predict import write_run_info
 from common.profiling import DataWaitWarning, StepProfiler
 from common.run_record import RunRecord
+from common.trackers import CHECKPOINT_KEY as TRACKERS_KEY, build_trackers
 from common.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
 from common.trainer import DIVERGED_EXIT_CODE, Trainer, TrainingDivergedError
 
@@ -198,8 +199,11 @@ def train_net(args, cfg, task):
     optimizer = build_optimizer(cfg, model, world_size)
     autocast, scaler = build_precision(cfg, device, sharded)
     lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader))
+    run_record = RunRecord(folder, cfg, args.cfg, task.inputs(cfg), validation, world_size, device)
+    tracker_runs, trackers = build_trackers(cfg, args.cfg, folder, run_record, validation, rank, world_size)
+    saved = dict(stateful, **({TRACKERS_KEY: tracker_runs} if trackers else {}))  # a resumed run's tracker runs
     checkpointer = Checkpointer(model, optimizer, prefix, config=cfg, scaler=scaler, lr_scheduler=lr_scheduler,
-                                validation_monitor=validation, extra=stateful,
+                                validation_monitor=validation, extra=saved,
                                 check=lambda ckpt, path: task.check_checkpoint(cfg, ckpt, path),
                                 async_save=train_cfg.ASYNC_CHECKPOINT)
     base_lrs = [group["initial_lr"] for group in optimizer.param_groups]  # the config's; a checkpoint replaces them
@@ -226,15 +230,14 @@ def train_net(args, cfg, task):
             find_unused_parameters=task.find_unused_parameters or world_size > 2)
 
     writer = None
-    if rank == 0:
+    if rank == 0 and "tensorboard" in cfg.REPORT_TO:
         # TensorBoard's x is the global micro-batch index (see common/hooks/tensorboard.py). A resumed run
         # starts at x = purge_step: TensorBoard hides the points at x >= purge_step that the dead run
         # wrote after its last checkpoint, so each x keeps one point.
         purge_step = None if state is None else state["epoch"] * len(train_loader) + state["epoch_batch"]
         writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"), purge_step=purge_step)
     hooks = [validation, *stateful.values(),
-             RunRecord(folder, cfg, args.cfg, task.inputs(cfg), validation, world_size, device),
-             LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT),
+             run_record, LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT), *trackers,
              Speedometer(cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
                          epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
     hooks.append(DataWaitWarning(cfg.LOG_FREQUENT, cfg.NUM_WORKERS_PER_GPU))
