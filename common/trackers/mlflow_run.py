@@ -14,9 +14,18 @@ ARTIFACTS = "mlartifacts"  # the default store's artifact folder, in the run fol
 # A server that does not answer costs at most a few seconds per call (the client's defaults are 120 s and 7
 # retries with backoff, minutes per call); a user's own setting of these variables wins.
 HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "5", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
-               "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+               "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
 BATCH = 100  # params / tags per log_batch call (MLflow's limit)
 PARAM_LENGTH = 6000  # characters of a param value MLflow keeps
+
+
+def client(uri: str):
+    """An ``mlflow.tracking.MlflowClient`` of the store ``uri``, each HTTP call bounded (:data:`HTTP_LIMITS`)."""
+    for key, value in HTTP_LIMITS.items():
+        os.environ.setdefault(key, value)
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
 
 
 def tracking_uri(folder: str) -> str:
@@ -41,13 +50,10 @@ class MlflowTracker(TrackerHook):
         return "MLflow at {}".format(self.uri)
 
     def start(self, run_id, params, tags):
-        for key, value in HTTP_LIMITS.items():
-            os.environ.setdefault(key, value)
+        self.client = client(self.uri)
         from mlflow.entities import Param, RunTag
         from mlflow.exceptions import MlflowException
-        from mlflow.tracking import MlflowClient
 
-        self.client = MlflowClient(tracking_uri=self.uri)
         run = None
         if run_id is not None:
             try:
