@@ -1,14 +1,19 @@
-"""REPORT_TO (common/trackers): the key's check, a default run that imports no tracker, and W&B offline through
-the tiny task's real entry point: TensorBoard's figures at TensorBoard's steps, the config and run.json's tags,
-and one W&B run across a resume. MLflow (a SQLite store, a server, SIGKILL): tests/faults/test_trackers.py."""
+"""REPORT_TO (common/trackers), through the tiny task's real entry point: the key's check; a default run imports
+no tracker; W&B offline and MLflow (its SQLite store in the run folder; a real ``mlflow server`` on 127.0.0.1)
+hold TensorBoard's figures at TensorBoard's steps, the config and run.json's tags; one tracker run across a
+resume (SIGKILL + TRAIN.AUTO_RESUME); a server that is down at start or killed mid-run never stops training.
+On the SLURM cluster: tests/faults/test_slurm_cluster.py."""
 import glob
 import json
+import math
 import os
+import signal
 import sys
 
 import pytest
 
 from common.tb_events import read_scalars
+from tests.conftest import ROOT
 from tests.faults import harness
 from tests.golden import close
 from tests.wandb_records import history, records
@@ -106,3 +111,96 @@ def test_wandb_resumed_run_continues_its_run(tiny_cfg, tmp_path, capsys):
         record = json.load(f)
     assert len(ids) == 2 and ids[0] == ids[1] == record["trackers"]["wandb"]["run_id"], (ids, record.get("trackers"))
     _assert_tensorboards_points_in(rows, folder)
+
+
+# ------------------------------------------------------------------------------------------------ MLflow (slow:
+# importing mlflow and creating a SQLite store take 10-20 s on a busy 2-core machine)
+MLFLOW = ["REPORT_TO", "['tensorboard','mlflow']"]
+TIMING = ("Speed/", "Time/", "Memory/")  # figures of the clock and the machine: a resumed run measures its own
+
+
+def _mlflow_runs(uri):
+    """The runs of the MLflow store ``uri``, oldest first, and the client."""
+    from common.trackers.mlflow_run import client
+
+    store = client(uri)
+    experiments = [e.experiment_id for e in store.search_experiments()]
+    return store.search_runs(experiments, order_by=["attribute.start_time ASC"]), store
+
+
+def _mlflow_rows(store, run_id):
+    """``{step: {figure: value}}`` of the run's metric histories; of several values logged at one step (a
+    resumed run logs the steps past its checkpoint again) the last one, as the UI shows it."""
+    rows = {}
+    for key in store.get_run(run_id).data.metrics:
+        for m in sorted(store.get_metric_history(run_id, key), key=lambda m: m.timestamp):
+            rows.setdefault(m.step, {})[key] = m.value
+    return rows
+
+
+def _store(folder):
+    return "sqlite:///" + os.path.join(os.path.abspath(folder), "mlflow.db")
+
+
+@pytest.mark.slow
+def test_mlflow_run_holds_tensorboards_figures_params_tags_artifacts_and_tabled(tiny_cfg, tmp_path, capsys):
+    """The default store in the run folder: experiment = the config's name, run = the folder's; every
+    TensorBoard point at its step; the flattened config as params; run.json's tags; config.yaml, run.json and
+    curves.png as artifacts; tools/results_table.py --mlflow gives the row it gives from the folder."""
+    assert harness.run_here(tiny_cfg, tmp_path, opts=MLFLOW) == 0
+    assert "does not answer" not in capsys.readouterr().out
+    folder = harness.out_dir(tmp_path)
+    (run,), store = _mlflow_runs(_store(folder))
+    with open(os.path.join(folder, "run.json")) as f:
+        record = json.load(f)
+    assert record["trackers"]["mlflow"]["run_id"] == run.info.run_id and run.info.status == "FINISHED"
+    assert harness.training_state(os.path.join(folder, harness.FINAL))["trackers"] == {"mlflow": run.info.run_id}
+    assert store.get_experiment(run.info.experiment_id).name == "tiny" and run.info.run_name == "train_train"
+    _assert_tensorboards_points_in(_mlflow_rows(store, run.info.run_id), folder)
+    params = run.data.params
+    assert params["TRAIN.LR"] == "0.05" and params["LOG_FREQUENT"] == "1" and params["REPORT_TO"] == \
+        "['tensorboard', 'mlflow']" and len(params) > 60
+    tags = run.data.tags
+    assert (tags["git_commit"], tags["git_dirty"], tags["world_size"], tags["strategy"], tags["config_sha256"]) == (
+        str(record["git"]["commit"]), str(record["git"]["dirty"]), "1", "ddp", record["config_sha256"])
+    assert sorted(a.path for a in store.list_artifacts(run.info.run_id)) == ["config.yaml", "curves.png", "run.json"]
+    tool = __import__("runpy").run_path(os.path.join(ROOT, "tools", "results_table.py"))
+    capsys.readouterr()
+    assert tool["main"]([folder]) == 0
+    from_folder = capsys.readouterr().out.splitlines()
+    assert tool["main"](["--mlflow", _store(folder), "--experiment", "tiny"]) == 0
+    assert capsys.readouterr().out.splitlines() == from_folder and len(from_folder) == 3
+
+
+@pytest.mark.slow
+def test_sigkill_then_auto_resume_continues_one_mlflow_run_with_every_step(tiny_cfg, tmp_path):
+    """SIGKILL in epoch 1 (after the dead run logged steps past its checkpoint), then TRAIN.AUTO_RESUME: one
+    MLflow run (the checkpoint's id) whose history holds every step of an uninterrupted run, and every point of
+    the resumed run's TensorBoard, as the last value logged at its step; the loss, LR, loss scale, skipped steps,
+    gradient norm and validation metrics are the uninterrupted run's, exactly (resume reproduces the computation
+    bit for bit); the steps the dead run logged past its checkpoint show twice."""
+    assert harness.run_here(tiny_cfg, tmp_path / "clean", opts=MLFLOW) == 0
+    (clean,), clean_store = _mlflow_runs(_store(harness.out_dir(tmp_path / "clean")))
+    expected = _mlflow_rows(clean_store, clean.info.run_id)
+
+    work = tmp_path / "work"
+    rc, out, err = harness.run(tiny_cfg, work, faults={"FAULT_KILL_AT_BATCH": 23}, opts=MLFLOW, timeout=300)
+    assert rc == -signal.SIGKILL, err[-3000:]
+    rc, out, err = harness.run(tiny_cfg, work, opts=MLFLOW, timeout=300)
+    assert rc == 0 and "Resumed from" in out + err and "does not answer" not in out + err, err[-3000:]
+    folder = harness.out_dir(work)
+    (run,), store = _mlflow_runs(_store(folder))
+    with open(os.path.join(folder, "run.json")) as f:
+        assert json.load(f)["trackers"]["mlflow"]["run_id"] == run.info.run_id
+    got = _mlflow_rows(store, run.info.run_id)
+    _assert_tensorboards_points_in(got, folder)
+    assert sorted(got) == sorted(expected)
+    for step, figures in expected.items():
+        assert sorted(got[step]) == sorted(figures), step
+        for key, value in figures.items():
+            if key.startswith(TIMING) or key.startswith("Train-") and key != "Train-Loss":
+                continue  # the clock's figures; an epoch's running training metric restarts at a mid-epoch resume
+            assert got[step][key] == value or math.isnan(value) and math.isnan(got[step][key]), (
+                step, key, got[step][key], value)
+    twice = [m.step for m in store.get_metric_history(run.info.run_id, "Train-Loss")]
+    assert len(twice) > len(set(twice)), "the dead run logged no step past its checkpoint: kill later"
