@@ -8,7 +8,11 @@ import json
 import math
 import os
 import signal
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 
 import pytest
 
@@ -204,3 +208,81 @@ def test_sigkill_then_auto_resume_continues_one_mlflow_run_with_every_step(tiny_
                 step, key, got[step][key], value)
     twice = [m.step for m in store.get_metric_history(run.info.run_id, "Train-Loss")]
     assert len(twice) > len(set(twice)), "the dead run logged no step past its checkpoint: kill later"
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """A real ``mlflow server`` (SQLite backend, artifacts proxied) on a free 127.0.0.1 port, in its own process
+    group: ``(uri, kill)``; ``kill()`` SIGKILLs the group (the server and its workers)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    uri = "http://127.0.0.1:{}".format(port)
+    server = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "mlflow"), "server", "--host", "127.0.0.1", "--port",
+         str(port), "--workers", "1", "--backend-store-uri", "sqlite:///" + str(tmp_path / "server.db"),
+         "--artifacts-destination", str(tmp_path / "server_artifacts")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def kill():
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    deadline = time.time() + 180
+    while True:
+        try:
+            with urllib.request.urlopen(uri + "/health", timeout=2):
+                break
+        except OSError:
+            assert server.poll() is None and time.time() < deadline, "mlflow server did not start"
+            time.sleep(1)
+    yield uri, kill
+    kill()
+
+
+def _warnings_naming(text, uri):
+    return [line for line in text.splitlines() if "does not answer" in line and uri in line]
+
+
+@pytest.mark.slow
+def test_an_mlflow_server_killed_mid_run_never_stops_training(tiny_cfg, clean_state, mlflow_server, tmp_path):
+    """MLFLOW_TRACKING_URI names a real server; once it holds the run's first figures it is SIGKILLed: one
+    warning line naming the URI, training goes on to the uninterrupted run's end, bit for bit, TensorBoard
+    complete; the server held the run until then."""
+    uri, kill = mlflow_server
+    proc = harness.launch(tiny_cfg, tmp_path, opts=MLFLOW, faults={"FAULT_SLOW_BATCH_S": 0.3,
+                                                                  "MLFLOW_TRACKING_URI": uri})
+    folder = harness.out_dir(tmp_path)
+    deadline = time.time() + 300
+    while True:  # the run's first figures are on the server
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+        runs, store = _mlflow_runs(uri)
+        if runs and store.get_metric_history(runs[0].info.run_id, "Train-Loss"):
+            break
+        time.sleep(1)
+    kill()
+    killed = time.time()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert len(_warnings_naming(out + err, uri)) == 1, (out + err)[-3000:]
+    print("the run went on {:.0f} s after the server was killed".format(time.time() - killed))
+    state = harness.training_state(os.path.join(folder, harness.FINAL))
+    assert state.pop("trackers") == {"mlflow": runs[0].info.run_id}
+    harness.assert_same(state, clean_state)
+    scalars = read_scalars(os.path.join(folder, "tensorboard_logs"))
+    assert len(scalars["Train-Loss"]) == 24 and len(scalars["Val-Acc"]) == 3
+
+
+@pytest.mark.slow
+def test_an_mlflow_server_down_at_start_is_one_warning(tiny_cfg, tmp_path):
+    """MLFLOW_TRACKING_URI names a port nothing listens on: one warning line naming it, the run ends well with
+    TensorBoard complete, and its start costs a few seconds at most."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        uri = "http://127.0.0.1:{}".format(s.getsockname()[1])  # closed when the run starts
+    started = time.time()
+    rc, out, err = harness.run(tiny_cfg, tmp_path, opts=MLFLOW, faults={"MLFLOW_TRACKING_URI": uri}, timeout=300)
+    assert rc == 0 and len(_warnings_naming(out + err, uri)) == 1, (out + err)[-3000:]
+    print("run with the server down: {:.0f} s".format(time.time() - started))
+    scalars = read_scalars(os.path.join(harness.out_dir(tmp_path), "tensorboard_logs"))
+    assert len(scalars["Train-Loss"]) == 24 and len(scalars["Val-Acc"]) == 3
