@@ -113,9 +113,9 @@ class TrackerHook(TrainingScalars):
             return fn(*args)
         except Exception as e:  # a tracker's failure, whatever its kind, never stops training
             self.alive = False
-            logger.warning("warning: %s does not answer (%s: %s); training goes on without it, TensorBoard and "
-                           "the log keep every figure", self.where(), type(e).__name__, str(e).splitlines()[0][:200]
-                           if str(e) else "")
+            logger.warning("warning: %s failed (%s: %s); the run reports to it no more, training goes on "
+                           "(TensorBoard and the log keep every figure)", self.where(), type(e).__name__,
+                           str(e).splitlines()[0][:200] if str(e) else "")
             return None
 
     def before_train(self, ctx):

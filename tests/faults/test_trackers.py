@@ -19,6 +19,7 @@ import pytest
 from common.tb_events import read_scalars
 from tests.conftest import ROOT
 from tests.faults import harness
+from tests.faults.tracker_stores import default_store, mlflow_rows, mlflow_runs
 from tests.golden import close
 from tests.wandb_records import history, records
 
@@ -82,7 +83,7 @@ def test_wandb_offline_reports_tensorboards_figures_config_and_tags(tiny_cfg, tm
     """One epoch, one offline W&B run (its id in run.json and the checkpoint): every TensorBoard point at its step, the
     flattened config and run.json's tags as its config, config.yaml, run.json and curves.png in its files."""
     assert harness.run_here(tiny_cfg, tmp_path, opts=WANDB + ["TRAIN.END_EPOCH", 1]) == 0
-    assert "does not answer" not in capsys.readouterr().out
+    assert "reports to it no more" not in capsys.readouterr().out
     folder = harness.out_dir(tmp_path)
     rows, ids = _wandb_rows(folder)
     with open(os.path.join(folder, "run.json")) as f:
@@ -108,7 +109,7 @@ def test_wandb_resumed_run_continues_its_run(tiny_cfg, tmp_path, capsys):
     assert harness.run_here(tiny_cfg, tmp_path, opts=WANDB + ["TRAIN.END_EPOCH", 1]) == 0
     assert harness.run_here(tiny_cfg, tmp_path, opts=WANDB) == 0
     out = capsys.readouterr().out
-    assert "Resumed from" in out and "does not answer" not in out, out[-3000:]
+    assert "Resumed from" in out and "reports to it no more" not in out, out[-3000:]
     folder = harness.out_dir(tmp_path)
     rows, ids = _wandb_rows(folder)
     with open(os.path.join(folder, "run.json")) as f:
@@ -123,44 +124,21 @@ MLFLOW = ["REPORT_TO", "['tensorboard','mlflow']"]
 TIMING = ("Speed/", "Time/", "Memory/")  # figures of the clock and the machine: a resumed run measures its own
 
 
-def _mlflow_runs(uri):
-    """The runs of the MLflow store ``uri``, oldest first, and the client."""
-    from common.trackers.mlflow_run import client
-
-    store = client(uri)
-    experiments = [e.experiment_id for e in store.search_experiments()]
-    return store.search_runs(experiments, order_by=["attribute.start_time ASC"]), store
-
-
-def _mlflow_rows(store, run_id):
-    """``{step: {figure: value}}`` of the run's metric histories; of several values logged at one step (a
-    resumed run logs the steps past its checkpoint again) the last one, as the UI shows it."""
-    rows = {}
-    for key in store.get_run(run_id).data.metrics:
-        for m in sorted(store.get_metric_history(run_id, key), key=lambda m: m.timestamp):
-            rows.setdefault(m.step, {})[key] = m.value
-    return rows
-
-
-def _store(folder):
-    return "sqlite:///" + os.path.join(os.path.abspath(folder), "mlflow.db")
-
-
 @pytest.mark.slow
 def test_mlflow_run_holds_tensorboards_figures_params_tags_artifacts_and_tabled(tiny_cfg, tmp_path, capsys):
     """The default store in the run folder: experiment = the config's name, run = the folder's; every
     TensorBoard point at its step; the flattened config as params; run.json's tags; config.yaml, run.json and
     curves.png as artifacts; tools/results_table.py --mlflow gives the row it gives from the folder."""
     assert harness.run_here(tiny_cfg, tmp_path, opts=MLFLOW) == 0
-    assert "does not answer" not in capsys.readouterr().out
+    assert "reports to it no more" not in capsys.readouterr().out
     folder = harness.out_dir(tmp_path)
-    (run,), store = _mlflow_runs(_store(folder))
+    (run,), store = mlflow_runs(default_store(folder))
     with open(os.path.join(folder, "run.json")) as f:
         record = json.load(f)
     assert record["trackers"]["mlflow"]["run_id"] == run.info.run_id and run.info.status == "FINISHED"
     assert harness.training_state(os.path.join(folder, harness.FINAL))["trackers"] == {"mlflow": run.info.run_id}
     assert store.get_experiment(run.info.experiment_id).name == "tiny" and run.info.run_name == "train_train"
-    _assert_tensorboards_points_in(_mlflow_rows(store, run.info.run_id), folder)
+    _assert_tensorboards_points_in(mlflow_rows(store, run.info.run_id), folder)
     params = run.data.params
     assert params["TRAIN.LR"] == "0.05" and params["LOG_FREQUENT"] == "1" and params["REPORT_TO"] == \
         "['tensorboard', 'mlflow']" and len(params) > 60
@@ -172,7 +150,7 @@ def test_mlflow_run_holds_tensorboards_figures_params_tags_artifacts_and_tabled(
     capsys.readouterr()
     assert tool["main"]([folder]) == 0
     from_folder = capsys.readouterr().out.splitlines()
-    assert tool["main"](["--mlflow", _store(folder), "--experiment", "tiny"]) == 0
+    assert tool["main"](["--mlflow", default_store(folder), "--experiment", "tiny"]) == 0
     assert capsys.readouterr().out.splitlines() == from_folder and len(from_folder) == 3
 
 
@@ -184,19 +162,19 @@ def test_sigkill_then_auto_resume_continues_one_mlflow_run_with_every_step(tiny_
     gradient norm and validation metrics are the uninterrupted run's, exactly (resume reproduces the computation
     bit for bit); the steps the dead run logged past its checkpoint show twice."""
     assert harness.run_here(tiny_cfg, tmp_path / "clean", opts=MLFLOW) == 0
-    (clean,), clean_store = _mlflow_runs(_store(harness.out_dir(tmp_path / "clean")))
-    expected = _mlflow_rows(clean_store, clean.info.run_id)
+    (clean,), clean_store = mlflow_runs(default_store(harness.out_dir(tmp_path / "clean")))
+    expected = mlflow_rows(clean_store, clean.info.run_id)
 
     work = tmp_path / "work"
     rc, out, err = harness.run(tiny_cfg, work, faults={"FAULT_KILL_AT_BATCH": 23}, opts=MLFLOW, timeout=300)
     assert rc == -signal.SIGKILL, err[-3000:]
     rc, out, err = harness.run(tiny_cfg, work, opts=MLFLOW, timeout=300)
-    assert rc == 0 and "Resumed from" in out + err and "does not answer" not in out + err, err[-3000:]
+    assert rc == 0 and "Resumed from" in out + err and "reports to it no more" not in out + err, err[-3000:]
     folder = harness.out_dir(work)
-    (run,), store = _mlflow_runs(_store(folder))
+    (run,), store = mlflow_runs(default_store(folder))
     with open(os.path.join(folder, "run.json")) as f:
         assert json.load(f)["trackers"]["mlflow"]["run_id"] == run.info.run_id
-    got = _mlflow_rows(store, run.info.run_id)
+    got = mlflow_rows(store, run.info.run_id)
     _assert_tensorboards_points_in(got, folder)
     assert sorted(got) == sorted(expected)
     for step, figures in expected.items():
@@ -241,7 +219,7 @@ def mlflow_server(tmp_path):
 
 
 def _warnings_naming(text, uri):
-    return [line for line in text.splitlines() if "does not answer" in line and uri in line]
+    return [line for line in text.splitlines() if "reports to it no more" in line and uri in line]
 
 
 @pytest.mark.slow
@@ -256,7 +234,7 @@ def test_an_mlflow_server_killed_mid_run_never_stops_training(tiny_cfg, clean_st
     deadline = time.time() + 300
     while True:  # the run's first figures are on the server
         assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
-        runs, store = _mlflow_runs(uri)
+        runs, store = mlflow_runs(uri)
         if runs and store.get_metric_history(runs[0].info.run_id, "Train-Loss"):
             break
         time.sleep(1)
