@@ -6,8 +6,10 @@
 Each RUN_FOLDER is a training output folder holding ``run.json`` (written by every training run, see
 docs/debugging.md). With ``--mlflow``, the runs of an MLflow store (``sqlite:///RUN/mlflow.db``, a server's
 ``http://host:port``; ``REPORT_TO`` of docs/tracking.md), each from the ``run.json`` its run holds as an
-artifact (written at each epoch end), one row per run, oldest first. The task metric is the best validation value of the run's host metric (``Acc``, ``SoftAcc``,
-``RefAcc``, ...) over its epochs, in percent, with its epoch; the paper's figure comes from
+artifact (written at each epoch end), one row per run, oldest first.
+
+The task metric is the best validation value of the run's host metric (``Acc``, ``SoftAcc``, ``RefAcc``, ...)
+over its epochs, in percent, with its epoch; the paper's figure comes from
 :data:`common.paper_results.PAPER_FIGURES` (the table in docs/fidelity.md), with its split; GPU-hours (device-
 hours on the CPU) are the sum over the finished epochs of wall time x processes, resumes included.
 """
