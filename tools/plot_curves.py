@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from common.cli import run_main  # noqa: E402
-from common.curves import panels, plot  # noqa: E402,F401  (panels: the panels' choice, tested)
+from common.curves import plot  # noqa: E402
 from common.errors import UserInputError  # noqa: E402
 from common.tb_events import read_scalars  # noqa: E402
 

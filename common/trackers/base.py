@@ -4,7 +4,6 @@ from typing import Optional
 
 import torch
 
-from common import distributed as cdist
 from common.config.loader import to_plain
 from common.hooks.tensorboard import TrainingScalars
 from common.logs import get_logger
@@ -144,20 +143,20 @@ class TrackerHook(TrainingScalars):
                        {"Val-" + k: float(v) for k, v in self.validation.values.items()})
         if ctx.writer is not None:
             ctx.writer.flush()  # the curves read the events written so far
-        self._call(self.log_artifacts, [os.path.join(self.folder, "config.yaml"),
-                                        os.path.join(self.folder, "run.json"), self._curves()])
+        self._call(self._log_epoch_files)
 
-    def _curves(self) -> Optional[str]:
-        """``curves.png`` of the run's TensorBoard events (tools/plot_curves.py's drawing), or None without them."""
-        from common.tb_events import read_scalars
+    def _log_epoch_files(self) -> None:
+        """``config.yaml``, ``run.json`` and ``curves.png``, drawn now from the run's TensorBoard events
+        (tools/plot_curves.py's panels; none without TensorBoard), as artifacts."""
         from common.curves import plot
+        from common.tb_events import read_scalars
 
+        paths = [os.path.join(self.folder, "config.yaml"), os.path.join(self.folder, "run.json")]
         events = os.path.join(self.folder, "tensorboard_logs")
-        if not os.path.isdir(events):
-            return None
-        out = os.path.join(self.folder, "curves.png")
-        plot(read_scalars(events), out)
-        return out
+        if os.path.isdir(events):
+            paths.append(os.path.join(self.folder, "curves.png"))
+            plot(read_scalars(events), paths[-1])
+        self.log_artifacts(paths)
 
     def after_train(self, ctx):
         if self.main:
