@@ -53,6 +53,13 @@ def test_a_default_run_reports_to_tensorboard_only_and_imports_no_tracker(tiny_c
     assert "trackers" not in harness.training_state(os.path.join(folder, "tiny-0000.model"))
 
 
+def test_a_run_without_tensorboard_in_report_to_writes_no_events(tiny_cfg, tmp_path):
+    assert harness.run_here(tiny_cfg, tmp_path, opts=["REPORT_TO", "[]", "TRAIN.END_EPOCH", 1]) == 0
+    folder = harness.out_dir(tmp_path)
+    assert not os.path.exists(os.path.join(folder, "tensorboard_logs"))
+    assert os.path.exists(os.path.join(folder, "tiny-0000.model")) and os.path.exists(os.path.join(folder, "run.json"))
+
+
 def _wandb_rows(folder):
     """``{step: {figure: value}}`` over the offline W&B run files of ``folder``, launch after launch (a later
     launch's value of a step replaces an earlier one's, as the resumed run's does), and the run ids."""
