@@ -198,7 +198,8 @@ def test_sigkill_then_auto_resume_continues_one_mlflow_run_with_every_step(tiny_
 @pytest.fixture
 def mlflow_server(tmp_path):
     """A real ``mlflow server`` (SQLite backend, artifacts proxied) on a free 127.0.0.1 port, in its own process
-    group: ``(uri, kill)``; ``kill()`` SIGKILLs the group (the server and its workers)."""
+    group: ``(uri, stop)``; ``stop(sig)`` sends ``sig`` to the group (the server and its workers): SIGKILL ends
+    it, SIGSTOP freezes it (connections are accepted, never answered); the group is killed afterwards."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -209,10 +210,11 @@ def mlflow_server(tmp_path):
          "--artifacts-destination", str(tmp_path / "server_artifacts")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
-    def kill():
+    def stop(sig=signal.SIGKILL):
         if server.poll() is None:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+            os.killpg(server.pid, sig)
+            if sig == signal.SIGKILL:
+                server.wait()
     deadline = time.time() + 180
     while True:
         try:
@@ -221,8 +223,8 @@ def mlflow_server(tmp_path):
         except OSError:
             assert server.poll() is None and time.time() < deadline, "mlflow server did not start"
             time.sleep(1)
-    yield uri, kill
-    kill()
+    yield uri, stop
+    stop()
 
 
 def _warnings_naming(text, uri):
@@ -230,11 +232,12 @@ def _warnings_naming(text, uri):
 
 
 @pytest.mark.slow
-def test_an_mlflow_server_killed_mid_run_never_stops_training(tiny_cfg, clean_state, mlflow_server, tmp_path):
-    """MLFLOW_TRACKING_URI names a real server; once it holds the run's first figures it is SIGKILLed: one
-    warning line naming the URI, training goes on to the uninterrupted run's end, bit for bit, TensorBoard
-    complete; the server held the run until then."""
-    uri, kill = mlflow_server
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+def test_an_mlflow_server_killed_mid_run_never_stops_training(tiny_cfg, clean_state, mlflow_server, tmp_path, sig):
+    """MLFLOW_TRACKING_URI names a real server; once it holds the run's first figures it is SIGKILLed, or frozen
+    (SIGSTOP: each call then waits for its timeout): one warning line naming the URI, training goes on to the
+    uninterrupted run's end, bit for bit, TensorBoard complete."""
+    uri, stop = mlflow_server
     proc = harness.launch(tiny_cfg, tmp_path, opts=MLFLOW, faults={"FAULT_SLOW_BATCH_S": 0.3,
                                                                   "MLFLOW_TRACKING_URI": uri})
     folder = harness.out_dir(tmp_path)
@@ -245,12 +248,12 @@ def test_an_mlflow_server_killed_mid_run_never_stops_training(tiny_cfg, clean_st
         if runs and store.get_metric_history(runs[0].info.run_id, "Train-Loss"):
             break
         time.sleep(1)
-    kill()
-    killed = time.time()
+    stop(sig)
+    stopped = time.time()
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     assert len(_warnings_naming(out + err, uri)) == 1, (out + err)[-3000:]
-    print("the run went on {:.0f} s after the server was killed".format(time.time() - killed))
+    print("the run went on {:.0f} s after the server got {}".format(time.time() - stopped, sig.name))
     state = harness.training_state(os.path.join(folder, harness.FINAL))
     assert state.pop("trackers") == {"mlflow": runs[0].info.run_id}
     harness.assert_same(state, clean_state)
