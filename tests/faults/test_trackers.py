@@ -38,6 +38,14 @@ def test_an_unknown_tracker_is_one_error_line_naming_the_known_ones(tiny_cfg, tm
                       "wandb, got ['tensorboard', 'comet']"] and "Traceback" not in text, text
 
 
+def test_a_tracker_whose_package_is_missing_is_one_error_line(tiny_cfg, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed: find_spec gives None
+    assert harness.run_here(tiny_cfg, tmp_path, opts=WANDB) == 2
+    errors, text = _error_lines(capsys)
+    assert errors == ["error: REPORT_TO names 'wandb', whose package is not installed: pip install -r "
+                      "requirements-track.txt"] and "Traceback" not in text, text
+
+
 def test_a_default_run_reports_to_tensorboard_only_and_imports_no_tracker(tiny_cfg, tmp_path, monkeypatch):
     """The default ['tensorboard'] imports neither mlflow nor our tracker modules (each is made unimportable
     here), so start-up stays as fast; it writes no tracker files, no ``trackers`` in run.json or the checkpoint.
