@@ -47,6 +47,7 @@ from common.parallel.fsdp import shard_model
 from common.runtime import distributed as cdist
 from common.runtime.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionGuard
 from common.parallel.meta_init import fill, record_build
+from common.trackers import CHECKPOINT_KEY as TRACKERS_KEY, build_trackers
 from common.trainer import DIVERGED_EXIT_CODE, Trainer, TrainingDivergedError
 
 # Apex's floor for the dynamic loss scale in the reference's amp.initialize call.
@@ -211,8 +212,12 @@ def train_net(args, cfg, task):
     optimizer = build_optimizer(cfg, model, world_size)
     autocast, scaler = build_precision(cfg, device, sharded)
     lr_scheduler = build_lr_scheduler(cfg, optimizer, len(train_loader))
+    run_record = RunRecord(folder, cfg, args.cfg, task.inputs(cfg), validation, world_size, device,
+                           strategy_name(world_size, sharded))
+    tracker_runs, trackers = build_trackers(cfg, args.cfg, folder, run_record, validation, rank, world_size)
+    saved = dict(stateful, **({TRACKERS_KEY: tracker_runs} if trackers else {}))  # a resumed run's tracker runs
     checkpointer = Checkpointer(model, optimizer, prefix, config=cfg, scaler=scaler, lr_scheduler=lr_scheduler,
-                                validation_monitor=validation, extra=stateful,
+                                validation_monitor=validation, extra=saved,
                                 check=lambda ckpt, path: task.check_checkpoint(cfg, ckpt, path),
                                 async_save=train_cfg.ASYNC_CHECKPOINT)
     base_lrs = [group["initial_lr"] for group in optimizer.param_groups]  # the config's; a checkpoint replaces them
@@ -239,16 +244,14 @@ def train_net(args, cfg, task):
             find_unused_parameters=task.find_unused_parameters or world_size > 2)
 
     writer = None
-    if rank == 0:
+    if rank == 0 and "tensorboard" in cfg.REPORT_TO:
         # TensorBoard's x is the global micro-batch index (see common/hooks/tensorboard.py). A resumed run
         # starts at x = purge_step: TensorBoard hides the points at x >= purge_step that the dead run
         # wrote after its last checkpoint, so each x keeps one point.
         purge_step = None if state is None else state["epoch"] * len(train_loader) + state["epoch_batch"]
         writer = SummaryWriter(log_dir=args.log_dir or os.path.join(folder, "tensorboard_logs"), purge_step=purge_step)
     hooks = [validation, *stateful.values(),
-             RunRecord(folder, cfg, args.cfg, task.inputs(cfg), validation, world_size, device,
-                       strategy_name(world_size, sharded)),
-             LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT),
+             run_record, LRSchedulerHook(validation), TensorBoardHook(cfg.LOG_FREQUENT), *trackers,
              Speedometer(cfg.LOG_FREQUENT, batches_per_epoch=len(train_loader),
                          epochs=train_cfg.END_EPOCH - train_cfg.BEGIN_EPOCH)]
     hooks.append(DataWaitWarning(cfg.LOG_FREQUENT, cfg.NUM_WORKERS_PER_GPU))

@@ -46,11 +46,8 @@ def test_plot_curves_writes_a_png_of_every_panel(tmp_path):
     assert done.stdout.strip() == str(out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10000
 
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    try:
-        from plot_curves import panels
-    finally:
-        sys.path.pop(0)
+    from common.diagnostics.curves import panels  # the tool's panels
+
     got = {title: ([t for t, _ in left], [t for t, _ in right]) for title, left, right in panels(read_scalars(
         str(run / "tensorboard_logs")))}
     assert list(got.values()) == [(["Train-Loss"], []), (["Train-Acc", "Val-Acc"], []), (["LR/Group_0"], []),

@@ -26,6 +26,9 @@ def common_defaults():
     _C.GPUS = ''
     # Log a progress line every LOG_FREQUENT micro-batches (and write TensorBoard at the steps holding them).
     _C.LOG_FREQUENT = 50
+    # Where a training run reports its figures, besides the log: any of 'tensorboard', 'mlflow', 'wandb'
+    # (docs/tracking.md); rank 0 reports.
+    _C.REPORT_TO = ['tensorboard']
     # Seconds a collective waits for its peers before it raises (the process group's timeout): bounds how long
     # the ranks wait for a node that went silent (docs/slurm.md#faults-between-nodes). Long enough for a
     # rank-0-only step (saving a large checkpoint, evaluating) between two collectives.

@@ -68,6 +68,7 @@ SHARED_STATUS = {
                    "CPU); the reference's one-process DataParallel over GPUS is not provided: use "
                    "scripts/dist_run_single.sh N for N GPUs"),
     "LOG_FREQUENT": DONE,
+    "REPORT_TO": DONE,
     "DIST_TIMEOUT_S": DONE,
     "VAL_FREQUENT": DONE,
     "CHECKPOINT_FREQUENT": DONE,

@@ -15,6 +15,8 @@ Only values that a config file or ``--opts`` set are checked (the defaults are o
 """
 from typing import Callable, NamedTuple, Tuple
 
+TRACKERS = ('tensorboard', 'mlflow', 'wandb')  # REPORT_TO's names (common/trackers)
+
 
 class Rule(NamedTuple):
     """What one key accepts.
@@ -64,6 +66,8 @@ SHARED_RULES = {
     # numpy takes seeds (RNG_SEED + rank) below 2**32
     "RNG_SEED": Rule(lambda v, get: v < 2 ** 31, lambda get: "an int < 2**31 (negative: unseeded)"),
     "LOG_FREQUENT": int_at_least(1),
+    "REPORT_TO": Rule(lambda v, get: len(set(v)) == len(v) and set(v) <= set(TRACKERS),
+                      lambda get: "a list of distinct names out of {}".format(", ".join(TRACKERS))),
     "DIST_TIMEOUT_S": int_at_least(1),
     "VAL_FREQUENT": int_at_least(1),
     "CHECKPOINT_FREQUENT": int_at_least(1),

@@ -10,7 +10,10 @@ floor), each micro-batch of the group is replayed on the same weights with the s
   inf/nan is named, with its output dtype and the largest |value| of its inputs;
 * backward (only when the forward stayed finite): the loss times the step's loss scale is back-propagated with a
   hook on every parameter and on every module input that needs a gradient; the first of these gradients, in
-  the order autograd computes them, that holds inf/nan names its module (and the parameter).
+  the order autograd computes them, that holds inf/nan names its module (and the parameter). Each module gets
+  its inputs as views of its own (a forward pre-hook; a view's backward is the identity), so a layer whose
+  input is its parent's input (``mlp.fc1`` in ``mlp``) has an input gradient of its own: the one its backward
+  made, complete before its parent's. The innermost module whose backward made the non-finite value is named.
 
 Buffers (BatchNorm statistics), the RNG state and the gradients are put back afterwards, so a run that goes
 on (fp32 / bf16 after one skipped step) is not changed by the replay. The batch, the RNG state, the weights
@@ -69,6 +72,20 @@ def _tensors(value):
             yield from _tensors(v)
 
 
+def _map_tensors(fn, value):
+    """``value`` with ``fn`` applied to each tensor in it, through plain lists, tuples and dicts (a container is
+    rebuilt only when a tensor in it changed; other types are kept as they are)."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if type(value) in (list, tuple):
+        mapped = [_map_tensors(fn, v) for v in value]
+        return type(value)(mapped) if any(m is not v for m, v in zip(mapped, value)) else value
+    if type(value) is dict:
+        mapped = {k: _map_tensors(fn, v) for k, v in value.items()}
+        return mapped if any(mapped[k] is not v for k, v in value.items()) else value
+    return value
+
+
 def _non_finite(value) -> Optional[torch.Tensor]:
     """The first floating tensor in ``value`` holding inf/nan, or None."""
     for t in _tensors(value):
@@ -122,16 +139,26 @@ def replay(model: torch.nn.Module, batch, rng: dict, autocast: Callable, loss_sc
     input_max = {}
     handles = []
 
+    def pre_hook(module, inputs):
+        if found:
+            return None
+        views = {}  # one view per input tensor: an argument given twice stays one tensor (`q is k` checks)
+
+        def own(t):
+            if not (isinstance(t, torch.Tensor) and t.requires_grad):
+                return t
+            if id(t) not in views:
+                views[id(t)] = t.view_as(t)
+                handles.append(views[id(t)].register_hook(lambda g, m=module: grad_hook(g, m, "")))
+            return views[id(t)]
+        return _map_tensors(own, tuple(inputs))
+
     def forward_hook(module, inputs, output):
         input_max[module] = _max_abs(inputs)
         bad = _non_finite(output)
         if bad is not None and not found:
             found.append(Finding("forward", names[module], type(module).__name__, str(bad.dtype),
                                  input_max[module], micro_batch=micro_batch))
-        if not found:  # backward: a hook on each input that gets a gradient, innermost module first
-            for t in _tensors(inputs):
-                if t.requires_grad:
-                    handles.append(t.register_hook(lambda g, m=module: grad_hook(g, m, "")))
 
     def grad_hook(grad, module, parameter):
         if not found and not bool(torch.isfinite(grad).all()):
@@ -144,6 +171,7 @@ def replay(model: torch.nn.Module, batch, rng: dict, autocast: Callable, loss_sc
     try:
         for module in names:
             if module is not model:  # the model's own forward runs unhooked below (it may be compiled)
+                handles.append(module.register_forward_pre_hook(pre_hook))
                 handles.append(module.register_forward_hook(forward_hook))
         for p, (module, pname) in owner.items():
             if p.requires_grad:

@@ -17,6 +17,7 @@ epoch (with its validation), by the :class:`RunRecord` hook. Keys::
                    per-image features) is one entry {key, path, files}
     epochs         [{epoch, metrics, wall_s, samples_per_s, world_size}], one per finished epoch; metrics are
                    the validation values (empty when the epoch was not validated)
+    trackers       {name: {run_id, where}}: the MLflow / W&B run this run reports to (REPORT_TO, docs/tracking.md)
     launches       earlier launches of the same run folder (resumes): their command, git, env, world_size,
                    strategy, config_sha256 and started time
 
@@ -221,6 +222,12 @@ class RunRecord(HookBase):
             record["epochs"] = [e for e in earlier.get("epochs", []) if e.get("epoch", 0) < ctx.state["epoch"]]
         self.record = record
         write_record(self.folder, record)
+
+    def set_tracker(self, name: str, info: dict) -> None:
+        """Note the run of tracker ``name`` (``{run_id, where}``) under ``trackers`` and rewrite run.json (rank 0,
+        after :meth:`before_train`)."""
+        self.record.setdefault("trackers", {})[name] = info
+        write_record(self.folder, self.record)
 
     def before_epoch(self, ctx):
         self.epoch_start, self.mark = time.perf_counter(), ctx.record.mark()

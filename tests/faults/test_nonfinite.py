@@ -5,15 +5,19 @@ tools/replay_step.py."""
 import glob
 import os
 import re
+import sys
 
 import pytest
 import torch
 
 from common.trainer import DIVERGED_EXIT_CODE
+from tests import tiny_cls
+from tests.conftest import ROOT
 from tests.faults import harness, tiny_task
+from tests.tiny_vcr import run_script
 
-REPLAY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                      "tools", "replay_step.py")
+REPLAY = os.path.join(ROOT, "tools", "replay_step.py")
+FC1 = "backbone.blocks.0.mlp.fc1"  # its input is its parent's (the Mlp's) input
 
 
 def _break_module(monkeypatch, module_name, from_call):
@@ -112,3 +116,43 @@ def test_early_fp16_skip_costs_nothing_fp32_skip_is_diagnosed(tiny_cfg, tmp_path
             assert [os.path.basename(f) for f in files] == ["nonfinite-step23.pt"]
             assert re.search(r"optimizer step 23 skipped for inf/nan: the first non-finite value: backward input "
                              r"gradient of module 'mlp.0' \(Linear, torch.float32, parameter 'bias'", out + err)
+
+
+@pytest.fixture(scope="module")
+def cls_data(tmp_path_factory):
+    """A CIFAR-10-format folder of 15 training and 10 test images (demo/make_cls_demo_data.py)."""
+    sys.path.insert(0, os.path.join(ROOT, "demo"))
+    import make_cls_demo_data
+    return make_cls_demo_data.write(str(tmp_path_factory.mktemp("cls_data")), train=15, test=10)
+
+
+@pytest.mark.parametrize("cfg_name", ["vit_base16_cifar100_1x24G_bf16", "demo_cpu"])
+def test_inf_input_gradient_of_a_layer_sharing_its_parents_input_names_the_layer(cls_data, tmp_path, monkeypatch,
+                                                                                capsys, cfg_name):
+    """fc1's backward makes its input gradient inf (a full backward hook; its forward stays finite). fc1's input
+    is its parent Mlp's input, one tensor: the error line, the log and the replay name fc1, not the Mlp. In bf16
+    autocast with gradient checkpointing (the bf16 recipe) and in fp32 without it (demo_cpu)."""
+    from cls.task import TASK
+
+    real_build = type(TASK).build_model
+
+    def build_model(self, cfg):
+        model = real_build(self, cfg)
+        model.get_submodule(FC1).register_full_backward_hook(
+            lambda module, grad_input, grad_output: tuple(None if g is None else g * float("inf") for g in grad_input))
+        return model
+    monkeypatch.setattr(type(TASK), "build_model", build_model)
+    cfg = os.path.join(ROOT, "cfgs", "cls", cfg_name + ".yaml")
+    code = run_script(os.path.join(ROOT, "cls", "train_end2end.py"), [
+        "--cfg", cfg, "--model-dir", str(tmp_path), "--opts"] + tiny_cls.opts(cls_data, cfg_name) + [
+        "TRAIN.MAX_CONSECUTIVE_SKIPS", "1"])
+    assert code == DIVERGED_EXIT_CODE
+    named = "backward input gradient of module '{}' (Linear, torch.float32;".format(FC1)
+    line = _error_line(capsys)
+    assert named in line, line
+    (log,) = glob.glob(str(tmp_path / "output" / "cls" / cfg_name / "train_train" / "*.log"))
+    with open(log) as f:
+        assert named in next(line for line in f if "optimizer step 1 skipped for inf/nan" in line)
+    (path,) = glob.glob(str(tmp_path / "output" / "cls" / cfg_name / "train_train" / "nonfinite-step1.pt"))
+    code, replayed = _replay(path, capsys)
+    assert code == 0 and replayed.startswith("replay: " + named), replayed

@@ -13,6 +13,7 @@ where the SLURM job ends; and the faults between nodes of docs/slurm.md: a rank 
 second node's link set down mid-step. Each job ends within its bound, every surviving rank names the lost peer in
 one line, and the job resubmitted with TRAIN.AUTO_RESUME ends bit for bit where an uninterrupted job ends.
 """
+import json
 import os
 import re
 import shlex
@@ -24,6 +25,7 @@ import pytest
 from common.runtime import distributed as cdist
 from tests.conftest import ROOT
 from tests.faults import harness, tiny_task
+from tests.faults.tracker_stores import default_store, mlflow_rows, mlflow_runs
 
 pytestmark = pytest.mark.slow
 
@@ -208,6 +210,46 @@ def test_two_jobs_at_once_stopped_and_resumed(cluster, clean, tmp_path):
         check_resumed_exactly(job, clean)
         ports.append(set(re.findall(r"master \S+ port (\d+)", job.output())))
     assert len(ports[0]) == len(ports[1]) == 1 and ports[0] != ports[1]
+
+
+def test_a_preempted_job_continues_one_mlflow_run_with_every_step(cluster, tmp_path):
+    """REPORT_TO mlflow (the SQLite store in the run folder), USR1 preemption and requeue: one MLflow run, the
+    requeued run continuing the one of the checkpoint, whose metric history holds every step of an uninterrupted
+    job with its value (the clock's figures and the epoch's running training metrics aside: a resumed run
+    measures its own, and restarts the running means mid-epoch); both jobs end bit for bit alike.
+    One node shows it (only rank 0 reports)."""
+    if cluster["SLURM_LOCAL_NODES"] != "1":
+        pytest.skip("shown on one node")
+    report = ("REPORT_TO", "['tensorboard','mlflow']")
+    jobs = {}
+    for name, env in (("clean", None), ("stop", SLOW)):
+        (tmp_path / name).mkdir()
+        jobs[name] = Job(cluster, tmp_path / name, "mlflow_" + name, env=env, opts=report)
+    jobs["stop"].wait_for("Epoch[0] Batch [3]")
+    jobs["stop"].control("scancel", "--signal=USR1")
+    runs, rows = {}, {}
+    for name, job in jobs.items():
+        state, restarts, seconds = job.finish()
+        print("mlflow {} job: {} after {} requeue(s), {:.0f} s".format(name, state, restarts, seconds))
+        assert (state, restarts) == ("COMPLETED", int(name == "stop")), job.output()[-3000:]
+        folder = harness.out_dir(job.work)
+        (runs[name],), store = mlflow_runs(default_store(folder))
+        with open(os.path.join(folder, "run.json")) as f:
+            assert json.load(f)["trackers"]["mlflow"]["run_id"] == runs[name].info.run_id
+        rows[name] = mlflow_rows(store, runs[name].info.run_id)
+    assert re.search(r"Resumed from \S+: epoch \d+, batch [1-9]", jobs["stop"].output()), jobs["stop"].output()[-3000:]
+    states = {name: job.final_state() for name, job in jobs.items()}
+    for name, state in states.items():
+        assert state.pop("trackers") == {"mlflow": runs[name].info.run_id}
+    harness.assert_same(states["stop"], states["clean"])  # one computation resumed: bit for bit
+    clean, stopped = rows["clean"], rows["stop"]
+    assert sorted(stopped) == sorted(clean) and len(clean) >= 12
+    for step, figures in clean.items():
+        assert sorted(stopped[step]) == sorted(figures), step
+        for key, value in figures.items():
+            if key.startswith(("Speed/", "Time/", "Memory/")) or key.startswith("Train-") and key != "Train-Loss":
+                continue  # the clock's figures; an epoch's running training metric restarts at a mid-epoch resume
+            assert stopped[step][key] == value, (step, key, stopped[step][key], value)
 
 
 # --------------------------------------------------------------------------------------- two nodes only
