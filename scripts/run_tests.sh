@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the tests need (once) and runs the default test suite (slow tests excluded).
+# Installs what the tests need (once) and runs the default test suite (slow tests excluded), one pytest worker
+# per core.
 #   usage: scripts/run_tests.sh [--cpu-passes] [pytest args...]     e.g. --runslow, -k config
 #   --cpu-passes (what CI runs): the suite once on this machine's CPU settings, then once under each setting of
 #                CPU_PASSES below, which make MKL, oneDNN and ATen take other kernels, as on another processor: a
@@ -9,7 +10,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup_env.sh" --test
 cd "$ROOT"
-PYTEST=("$ROOT/.venv/bin/python" -m pytest -q)
+# -n auto --dist loadfile: one worker per core (pytest-xdist), each test file on one worker (its module fixtures
+# made once).
+PYTEST=("$ROOT/.venv/bin/python" -m pytest -q -n auto --dist loadfile)
 if [ "${1:-}" != "--cpu-passes" ]; then
     exec "${PYTEST[@]}" "$@"
 fi
