@@ -135,7 +135,7 @@ def load_for_inference(task, cfg, ckpt_path, device):
     task.check_checkpoint(cfg, ckpt, ckpt_path)
     load_model_state_dict(model, ckpt["state_dict"], source=ckpt_path)
     model = model.to(device).eval()
-    if cfg.TRAIN.STRATEGY == "fsdp" and cdist.get_world_size() > 1:
+    if cdist.get_world_size() > 1 and cfg.TRAIN.STRATEGY == "fsdp":
         shard_model(model)  # sharded forwards (common.inference.evaluation): no rank keeps the whole model
     return model
 

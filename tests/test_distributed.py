@@ -241,7 +241,8 @@ def test_two_slurm_jobs_on_one_node_use_different_ports(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], outs
     for (job, port), out in zip(jobs, outs):
         assert sorted(re.findall(r"job {} rank (\d): ranks \[0, 1\]".format(job), out)) == ["0", "1"], out
-        assert re.findall(r"process group: gloo, 2 process\(es\), master 127.0.0.1 port (\d+)", out) == [str(port)] * 2
+        # rank 0 says it (the other ranks' console shows errors only until the run's logging is set up)
+        assert re.findall(r"process group: gloo, 2 process\(es\), master 127.0.0.1 port (\d+)", out) == [str(port)]
     assert jobs[0][1] != jobs[1][1] and all(20000 <= port < 30000 for _, port in jobs)
 
 

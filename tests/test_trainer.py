@@ -19,7 +19,7 @@ from common.hooks.tensorboard import TensorBoardHook
 from common.hooks.validation_monitor import ValidationMonitor
 from common.metrics.composite_eval_metric import CompositeEvalMetric
 from common.metrics.eval_metric import EvalMetric
-from common.runtime.logs import setup_run_logging
+from common.runtime.logs import setup_run_logging, start_logging
 from common.trainer import Trainer, TrainingDivergedError
 
 LOGGER = logging.getLogger("test_trainer")
@@ -363,6 +363,7 @@ def test_train_state_round_trip_and_missing_key():
 
 def test_logging_speedometer_and_epoch_callbacks(tmp_path):
     log_file = str(tmp_path / "run.log")
+    start_logging()  # as a script does first: the log file starts with this run's records only
     setup_run_logging(log_file)
     model = Toy()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
