@@ -159,7 +159,7 @@ def test_mlflow_run_holds_tensorboards_figures_params_tags_artifacts_and_tabled(
         "['tensorboard', 'mlflow']" and len(params) > 60
     tags = run.data.tags
     assert (tags["git_commit"], tags["git_dirty"], tags["world_size"], tags["strategy"], tags["config_sha256"]) == (
-        str(record["git"]["commit"]), str(record["git"]["dirty"]), "1", "ddp", record["config_sha256"])
+        str(record["git"]["commit"]), str(record["git"]["dirty"]), "1", "single", record["config_sha256"])
     assert sorted(a.path for a in store.list_artifacts(run.info.run_id)) == ["config.yaml", "curves.png", "run.json"]
     tool = __import__("runpy").run_path(os.path.join(ROOT, "tools", "results_table.py"))
     capsys.readouterr()
