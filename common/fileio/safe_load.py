@@ -75,7 +75,8 @@ def load_tensors(path, what="weights file", allowed_globals=()):
         allowed_globals: extra classes the file may hold (e.g. ``collections.Counter`` of an LR
             scheduler's state); tensors, dicts, lists, tuples, strings and numbers are always allowed.
     Returns:
-        The stored object (tensors on the CPU).
+        The stored object (tensors on the CPU). A ``.safetensors`` file, and a zip-format torch file read while the
+        default device is ``meta``, are mapped into memory (``MAP_PRIVATE``): a page is read when first touched.
     Raises:
         FileNotFoundError: no file at ``path``.
         UnreadableFileError: truncated / not a torch file, or it names any other callable (refused,
@@ -87,8 +88,11 @@ def load_tensors(path, what="weights file", allowed_globals=()):
         if str(path).endswith(".safetensors"):
             from safetensors.torch import load_file  # a format without code: nothing to restrict
             return load_file(path, device="cpu")
+        # On the meta device (a sharded start, common.parallel.meta_init) a zip-format file is mapped, not read:
+        # each rank reads only the bytes of its shard groups, when they are filled (common.fileio.mapped).
+        mmap = torch.get_default_device().type == "meta" and zipfile.is_zipfile(path)
         with _allowed(allowed_globals):
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
         refused = _GLOBAL_IN_MESSAGE.search(str(e))
         if refused:

@@ -11,7 +11,10 @@ before it, and the generator ends where the ordinary build leaves it.
 
 Tensors are tracked by storage, not by Python object: ``param.data``, views and ``.detach()`` alias the same
 storage, and an op's arguments are kept as (storage, offset, size, stride, dtype). A real (CPU) tensor that
-meets a meta one (a pretrained file's tensor copied into a weight) is kept by reference until the fill ends.
+meets a meta one (a pretrained file's tensor copied into a weight) is kept as its place in the file when the file is
+mapped (:mod:`common.fileio.mapped`: safetensors, and zip-format torch files, which
+:func:`common.fileio.safe_load.load_tensors` maps on the meta device) and read again when its group is filled, so a
+rank never holds a whole pretrained file; any other real tensor is kept by reference until the fill ends.
 """
 import warnings
 
@@ -20,6 +23,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from common.fileio.mapped import FileRegion, MappedFiles
 from common.parallel.fsdp import shard_groups, shard_like
 
 
@@ -41,22 +45,33 @@ def _is_random(func):
     return any(a.name == "generator" for a in func._schema.arguments)
 
 
+# In-place ops that change a tensor's view of its storage, not the bytes (torch.load's tensors are made by set_).
+_VIEW_ONLY = {"set_", "resize_", "resize_as_", "as_strided_", "squeeze_", "unsqueeze_", "transpose_", "t_",
+              "swapdims_", "swapaxes_", "detach_"}
+
+
+def _written(func, args, kwargs):
+    """The tensors ``func`` writes in place (its arguments marked ``(a!)`` in its schema, a tensor or a list)."""
+    schema = func._schema.arguments
+    values = list(args) + [kwargs.get(a.name) for a in schema[len(args):]]
+    return [t for arg, value in zip(schema, values) if arg.alias_info is not None and arg.alias_info.is_write
+            for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+
+
 class _Op:
-    """One recorded op: the function, its arguments with meta tensors as :class:`_View`, the storages it writes
-    (in place, or new ones it returns) and the storages it reads."""
+    """One recorded op: the function, its arguments with meta tensors as :class:`_View` and real ones as
+    ``keep(tensor)`` returns them, the storages it writes (in place, or new ones it returns) and the storages it
+    reads."""
     __slots__ = ("func", "args", "kwargs", "out", "writes", "reads", "random")
 
-    def __init__(self, func, args, kwargs, out):
+    def __init__(self, func, args, kwargs, out, keep):
         self.func, self.random = func, _is_random(func)
-        self.args, self.kwargs = tree_map(lambda v: _View(v) if _is_meta(v) else v, (args, kwargs))
+        self.args, self.kwargs = tree_map(
+            lambda v: _View(v) if _is_meta(v) else keep(v) if isinstance(v, torch.Tensor) else v, (args, kwargs))
         flat_out = [v for v in tree_flatten(out)[0] if _is_meta(v)]
         self.out = [_View(v) for v in flat_out]
         inputs = [v for v in tree_flatten((self.args, self.kwargs))[0] if isinstance(v, _View)]
-        written = set()
-        for arg, value in zip(func._schema.arguments, list(args) + [kwargs.get(a.name) for a in
-                                                                     func._schema.arguments[len(args):]]):
-            if arg.alias_info is not None and arg.alias_info.is_write:
-                written |= {_View(t).key for t in tree_flatten(value)[0] if _is_meta(t)}  # a tensor or a list
+        written = {_View(t).key for t in _written(func, args, kwargs) if _is_meta(t)}
         in_keys = {v.key for v in inputs}
         written |= {v.key for v in self.out if v.key not in in_keys}  # new storages
         self.writes, self.reads = written, in_keys
@@ -68,16 +83,44 @@ class _Recorder(TorchDispatchMode):
         self.ops = []
         self.alive = []  # every meta storage seen: a freed one's address (its key) would be reused
         self.nbytes = {}  # key -> size of the storage
+        self.files = MappedFiles()
+        self.mappings = {}  # (start, end) address -> (a tensor of that file mapping: keeps it mapped, the file)
+        self.written = []  # (address, bytes) of each real tensor an op wrote in place
+
+    def keep(self, tensor):
+        """What an op keeps of a real tensor argument: its :class:`FileRegion` when its bytes are a mapped file's,
+        else the tensor itself."""
+        region, span = self.files.region(tensor)
+        if region is None:
+            return tensor
+        self.mappings.setdefault(span, (tensor, region.path))
+        return region
+
+    def check_mappings(self):
+        """Release the file mappings, after checking that no op of the build wrote into them (their bytes would no
+        longer be the file's)."""
+        paths = sorted({path for (start, end), (_, path) in self.mappings.items()
+                        for address, nbytes in self.written if address < end and start < address + nbytes})
+        self.mappings, self.written = {}, []
+        if paths:
+            raise NotImplementedError(
+                "the model's build wrote into the tensors read from {} in place; on the meta device (a sharded "
+                "start) a pretrained file's tensors are read again from the file when filled, so they must not be "
+                "changed in place: use an out-of-place op".format(", ".join(paths)))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         metas = [v for v in tree_flatten((args, kwargs, out))[0] if _is_meta(v)]
-        if metas:
+        if not metas:
+            if func.overloadpacket.__name__ not in _VIEW_ONLY:
+                self.written += [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+                                 for t in _written(func, args, kwargs) if t.device.type == "cpu"]
+        else:
             if _is_random(func) and kwargs.get("generator") is not None:
                 raise NotImplementedError("a build drawing from its own torch.Generator ({}) cannot be built on the "
                                           "meta device".format(func))
-            op = _Op(func, args, kwargs, out)
+            op = _Op(func, args, kwargs, out, self.keep)
             unknown = op.reads - op.writes - set(self.nbytes)
             if unknown:  # made by no recorded op (an op PyTorch runs below the dispatcher): its values are lost
                 raise NotImplementedError(
@@ -116,8 +159,8 @@ def record_build(build, weights_state=None):
     Returns:
         :class:`Recording`.
     Raises:
-        NotImplementedError: the build draws from a ``torch.Generator`` of its own, or uses a tensor made from
-            Python data on the meta device. A build that reads the value of a weight (``.item()``, ``if tensor``)
+        NotImplementedError: the build draws from a ``torch.Generator`` of its own, uses a tensor made from
+            Python data on the meta device, or writes in place into a tensor of a mapped pretrained file. A build that reads the value of a weight (``.item()``, ``if tensor``)
             fails on the meta device.
     """
     own = torch.get_rng_state()
@@ -126,6 +169,7 @@ def record_build(build, weights_state=None):
         # load_state_dict warns that a file's tensor copied into a meta weight is a no-op: here it is recorded
         warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter")
         model = build()
+    recorder.check_mappings()
     states, end = _random_states(recorder.ops, own if weights_state is None else weights_state)
     if weights_state is not None:
         _, end = _random_states(recorder.ops, own)
@@ -174,6 +218,8 @@ def _random_states(ops, state):
             op = ops[i]
 
             def scratch(value):
+                if isinstance(value, FileRegion):
+                    return value.read()
                 if not isinstance(value, _View):
                     return value
                 base = buffer[region[value.key]:].view(value.dtype)
@@ -198,8 +244,18 @@ def _materialise(recording, keys, device):
         if ops[i].writes & wanted:
             needed.append(i)
             wanted |= ops[i].reads
-    storages = {}
+    storages, read = {}, {}  # read: the pretrained files' tensors of this group, each read once
     saved = torch.get_rng_state()
+
+    def real(value):
+        if isinstance(value, _View):
+            return _real(value, storages, device)
+        if isinstance(value, FileRegion):
+            if id(value) not in read:
+                read[id(value)] = value.read().to(device)
+            return read[id(value)]
+        return value
+
     try:
         for i in reversed(needed):
             op = ops[i]
@@ -207,8 +263,7 @@ def _materialise(recording, keys, device):
                 if key not in storages:  # made below the dispatcher (torch.tensor's meta tensor), written here
                     storages[key] = torch.empty(recording.nbytes[key], dtype=torch.uint8,
                                                 device=device).untyped_storage()
-            args, kwargs = tree_map(lambda v: _real(v, storages, device) if isinstance(v, _View) else v,
-                                    (op.args, op.kwargs))
+            args, kwargs = tree_map(real, (op.args, op.kwargs))
             if "device" in kwargs:
                 kwargs = dict(kwargs, device=torch.device(device))
             if op.random:
