@@ -10,7 +10,8 @@
 * ``memory``: each rank's peak resident memory (``VmHWM``, reset before each phase through
   ``/proc/self/clear_refs``) in the phases of a cls ViT run (``cfgs/cls/demo_cpu.yaml``, 32 x 32 images, patch 8,
   ``--vit WIDTH DEPTH HEADS``, default ViT-B: 768 12 12, ~85 M parameters, fp32, AdamW) under ddp and fsdp on each
-  of ``--world-sizes`` gloo ranks: start (the engine's ``build_model``, then ``shard_model`` or DDP, the optimizer),
+  of ``--world-sizes`` gloo ranks: start (ddp: the engine's ``build_model``, then DDP; fsdp: as the engine starts a
+  sharded run, ``build_model`` recorded on the meta device, ``shard_model``, then ``fill``; the optimizer),
   a training step, validation (the engine's ``run_validation`` on the demo data), a save (``Checkpointer.save``);
   then in new processes start again and a resume (``Checkpointer.resume``, AUTO_RESUME). Beside each, what the
   phase added to the resident memory at its start, and bench/memory_estimate.py's traced step peak.
@@ -162,6 +163,8 @@ def memory_worker(rank, args, rendezvous, strategy, world_size, folder, resume):
     from bench.memory_estimate import synthetic_batch, train_step
     from common.engine import build_loader, build_model, run_validation
     from common.optim import build_optimizer
+    from common.parallel.meta_init import fill, record_build
+    from common.runtime.distributed import broadcast_object
 
     import warnings
     from common.modeling.module import RandomInitWarning
@@ -176,11 +179,13 @@ def memory_worker(rank, args, rendezvous, strategy, world_size, folder, resume):
         peaks = PhasePeaks()
 
         def start():
-            model = build_model(task, cfg, torch.device("cpu"))
-            net = model
-            if strategy == "fsdp":
-                shard_model(model)
-            elif world_size > 1:
+            if strategy == "fsdp":  # as the engine starts a sharded run: built on the meta device, filled by groups
+                recording = record_build(lambda: build_model(task, cfg), broadcast_object(torch.get_rng_state()))
+                shard_model(recording.model)
+                model = fill(recording, torch.device("cpu"))
+                return model, model, build_optimizer(cfg, model, world_size)
+            model = net = build_model(task, cfg, torch.device("cpu"))
+            if world_size > 1:
                 net = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=task.find_unused_parameters)
             return model, net, build_optimizer(cfg, model, world_size)
         model, net, optimizer = peaks.measure("start", start)
