@@ -42,12 +42,8 @@ def _is_meta(value):
 
 
 def _is_random(func):
-    return any(a.name == "generator" for a in func._schema.arguments)
-
-
-# In-place ops that change a tensor's view of its storage, not the bytes (torch.load's tensors are made by set_).
-_VIEW_ONLY = {"set_", "resize_", "resize_as_", "as_strided_", "squeeze_", "unsqueeze_", "transpose_", "t_",
-              "swapdims_", "swapaxes_", "detach_"}
+    # randn, rand, randint, randperm, *_like have overloads without a generator argument: the tag marks them
+    return torch.Tag.nondeterministic_seeded in func.tags or any(a.name == "generator" for a in func._schema.arguments)
 
 
 def _written(func, args, kwargs):
@@ -78,30 +74,34 @@ class _Op:
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self):
+    def __init__(self, own):
         super().__init__()
+        self.own = own  # the CPU generator's state: no draw of the build may move it (check_generator)
         self.ops = []
         self.alive = []  # every meta storage seen: a freed one's address (its key) would be reused
         self.nbytes = {}  # key -> size of the storage
-        self.files = MappedFiles()
-        self.mappings = {}  # (start, end) address -> (a tensor of that file mapping: keeps it mapped, the file)
-        self.written = []  # (address, bytes) of each real tensor an op wrote in place
+        self.files = MappedFiles()  # pins the mappings of the files' tensors kept, until check_mappings
 
     def keep(self, tensor):
         """What an op keeps of a real tensor argument: its :class:`FileRegion` when its bytes are a mapped file's,
         else the tensor itself."""
-        region, span = self.files.region(tensor)
-        if region is None:
-            return tensor
-        self.mappings.setdefault(span, (tensor, region.path))
-        return region
+        region = self.files.region(tensor)
+        return tensor if region is None else region
+
+    def check_generator(self):
+        """Refuse a build that moved the CPU generator itself: its meta draws are replayed from the state it
+        started at, which a reseed (``torch.manual_seed``, ``torch.set_rng_state``) would not be in the ordinary
+        build."""
+        if not torch.equal(torch.get_rng_state(), self.own):
+            raise NotImplementedError(
+                "the model's build set the CPU generator's state (torch.manual_seed, torch.set_rng_state): on the "
+                "meta device (a sharded start) its draws are replayed from the state it started at; seed before it")
 
     def check_mappings(self):
-        """Release the file mappings, after checking that no op of the build wrote into them (their bytes would no
-        longer be the file's)."""
-        paths = sorted({path for (start, end), (_, path) in self.mappings.items()
-                        for address, nbytes in self.written if address < end and start < address + nbytes})
-        self.mappings, self.written = {}, []
+        """Release the file mappings, after checking that nothing in the build wrote into them (their bytes would
+        no longer be the file's)."""
+        paths = self.files.written()
+        self.files.release()
         if paths:
             raise NotImplementedError(
                 "the model's build wrote into the tensors read from {} in place; on the meta device (a sharded "
@@ -111,15 +111,23 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        metas = [v for v in tree_flatten((args, kwargs, out))[0] if _is_meta(v)]
+        tensors = [v for v in tree_flatten((args, kwargs, out))[0] if isinstance(v, torch.Tensor)]
+        metas = [v for v in tensors if v.is_meta]
+        random = _is_random(func) and kwargs.get("generator") is None
         if not metas:
-            if func.overloadpacket.__name__ not in _VIEW_ONLY:
-                self.written += [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
-                                 for t in _written(func, args, kwargs) if t.device.type == "cpu"]
+            if random and any(v.device.type == "cpu" for v in tensors):
+                # drawn now from a generator the meta draws before it have not moved: not the ordinary build's
+                # numbers, and the weights drawn after it would miss its draws when replayed
+                raise NotImplementedError(
+                    "the model's build draws random numbers on the CPU ({}): on the meta device (a sharded start) "
+                    "only draws into meta tensors are replayed; draw on the meta device (no device='cpu', no "
+                    "*_like of a CPU tensor) or from a torch.Generator of its own".format(func))
         else:
             if _is_random(func) and kwargs.get("generator") is not None:
                 raise NotImplementedError("a build drawing from its own torch.Generator ({}) cannot be built on the "
                                           "meta device".format(func))
+            if random:
+                self.check_generator()
             op = _Op(func, args, kwargs, out, self.keep)
             unknown = op.reads - op.writes - set(self.nbytes)
             if unknown:  # made by no recorded op (an op PyTorch runs below the dispatcher): its values are lost
@@ -159,22 +167,42 @@ def record_build(build, weights_state=None):
     Returns:
         :class:`Recording`.
     Raises:
-        NotImplementedError: the build draws from a ``torch.Generator`` of its own, uses a tensor made from
-            Python data on the meta device, or writes in place into a tensor of a mapped pretrained file. A build that reads the value of a weight (``.item()``, ``if tensor``)
+        NotImplementedError: the build draws from a ``torch.Generator`` of its own, draws on the CPU, reseeds the
+            CPU generator, uses a tensor made from Python data on the meta device, or writes in place into a
+            tensor of a mapped pretrained file. A build that reads the value of a weight (``.item()``, ``if tensor``)
             fails on the meta device.
     """
     own = torch.get_rng_state()
-    recorder = _Recorder()
+    recorder = _Recorder(own)
     with torch.device("meta"), recorder, warnings.catch_warnings():
         # load_state_dict warns that a file's tensor copied into a meta weight is a no-op: here it is recorded
         warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter")
         model = build()
+        _real_to_meta(model)
     recorder.check_mappings()
+    recorder.check_generator()
     states, end = _random_states(recorder.ops, own if weights_state is None else weights_state)
     if weights_state is not None:
         _, end = _random_states(recorder.ops, own)
     torch.set_rng_state(end)
     return Recording(model, recorder.ops, states, recorder.nbytes)
+
+
+@torch.no_grad()
+def _real_to_meta(model):
+    """Replace each real parameter and buffer the build left (a file's tensor made a parameter, ``torch.from_numpy``)
+    by a meta tensor copied from it, recorded: fill gives it its value like any other (a tied one stays tied)."""
+    made = {}  # id(real tensor) -> (its meta copy, the real tensor: kept alive, so that its id is not reused)
+    for module in model.modules():
+        for tensors in (module._parameters, module._buffers):
+            for name, tensor in tensors.items():
+                if tensor is None or tensor.is_meta:
+                    continue
+                if id(tensor) not in made:
+                    copy = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta").copy_(tensor)
+                    made[id(tensor)] = (torch.nn.Parameter(copy, tensor.requires_grad)
+                                        if isinstance(tensor, torch.nn.Parameter) else copy, tensor)
+                tensors[name] = made[id(tensor)][0]
 
 
 def _real(view, storages, device):
