@@ -15,9 +15,10 @@
   a training step, validation (the engine's ``run_validation`` on the demo data), a save (``Checkpointer.save``);
   then in new processes start again and a resume (``Checkpointer.resume``, AUTO_RESUME). Beside each, what the
   phase added to the resident memory at its start, and bench/memory_estimate.py's traced step peak.
+  ``--pretrained``: every run starts from a timm weights file of the ViT (``NETWORK.IMAGE_PRETRAINED``).
 
     python bench/fsdp_bench.py [precision|checkpoint|all] [--ranks 2] [--layers 4] [--hidden 256] [--steps 5]
-    python bench/fsdp_bench.py memory [--vit 768 12 12] [--world-sizes 1 2 4] [--strategies ddp fsdp]
+    python bench/fsdp_bench.py memory [--vit 768 12 12] [--world-sizes 1 2 4] [--strategies ddp fsdp] [--pretrained]
 """
 import argparse
 import json
@@ -153,6 +154,8 @@ def memory_config(args, data):
             "['num_heads', {}]]".format(width, depth, heads), "DATASET.DATASET_PATH", data, "NUM_WORKERS_PER_GPU", 0,
             "TRAIN.BATCH_IMAGES", args.batch, "VAL.BATCH_IMAGES", args.batch, "TRAIN.AUTO_RESUME", True,
             "TRAIN.BEGIN_EPOCH", 0, "TRAIN.END_EPOCH", 2]
+    if getattr(args, "image_pretrained", None):
+        opts += ["NETWORK.IMAGE_PRETRAINED", args.image_pretrained]
     return load_config(os.path.join(ROOT, "cfgs", "cls", "demo_cpu.yaml"), "cls", "fp32", False,
                        [str(o) for o in opts])
 
@@ -220,14 +223,23 @@ def memory(args):
         make_cls_demo_data.write(os.path.join(root, "data"), train=max(args.batch * 4, 10), test=args.val_images)
         task, cfg = memory_config(args, os.path.join(root, "data"))
         from common.modeling.module import held_random_init_warnings
+        if args.pretrained:  # a timm weights file of the ViT (random values), read by every rank's start
+            with held_random_init_warnings():
+                backbone = task.build_model(cfg).backbone
+            args.image_pretrained = os.path.join(root, "vit_pretrained.pth")
+            torch.save(backbone.state_dict(), args.image_pretrained)
+            del backbone
         with held_random_init_warnings(), torch.device("meta"):
             params = sum(p.numel() for p in task.build_model(cfg).parameters())
         weights, state = 4 * params, 12 * params  # fp32 weights; + AdamW's two fp32 moments: a checkpoint's tensors
         print("memory: cls ViT width {} depth {} heads {} (32 x 32 images, patch 8): {:.1f} M parameters, fp32 "
               "weights {:.0f} MiB, weights + AdamW moments {:.0f} MiB; micro-batch {}, {} validation images, {} "
-              "thread(s) a rank; MiB per rank: peak during the phase (what it added to the resident memory at its "
-              "start)".format(width, depth, heads, params / 1e6, weights / MIB, state / MIB, args.batch,
-                              args.val_images, args.threads), flush=True)
+              "thread(s) a rank; {}; MiB per rank: peak during the phase (what it added to the resident memory at "
+              "its start)".format(width, depth, heads, params / 1e6, weights / MIB, state / MIB, args.batch,
+                                  args.val_images, args.threads,
+                                  "started from a pretrained file (NETWORK.IMAGE_PRETRAINED, {:.0f} MiB)".format(
+                                      os.path.getsize(args.image_pretrained) / MIB) if args.pretrained
+                                  else "random initial weights"), flush=True)
         print("| strategy | ranks | rank | start | step | validation | save | resume (new processes) | "
               "estimate: step peak, state |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -290,6 +302,8 @@ def main():
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 4], help="memory: ranks, each in turn")
     parser.add_argument("--strategies", nargs="+", choices=["ddp", "fsdp"], default=["ddp", "fsdp"])
     parser.add_argument("--val-images", type=int, default=32, help="memory: validation images")
+    parser.add_argument("--pretrained", action="store_true",
+                        help="memory: start from a timm weights file of the ViT (NETWORK.IMAGE_PRETRAINED)")
     args = parser.parse_args()
     if args.what == "memory":
         memory(args)
