@@ -35,15 +35,15 @@ def test_golden_tests_pass_under_default_kernels():
     assert proc.returncode == 0 and re.search(r"^3 passed\b", output, re.M), output[-3000:]
 
 
-def _has_avx2():
+def _has_flag(flag):
     try:
         with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " avx2" in line for line in f)
+            return any(line.startswith("flags") and flag in line.split() for line in f)
     except OSError:
         return False
 
 
-@pytest.mark.skipif(not _has_avx2(), reason="the AVX2 pass takes other kernels only on an x86 processor with AVX2")
+@pytest.mark.skipif(not _has_flag("avx2"), reason="the AVX2 pass takes other kernels only on an x86 processor with AVX2")
 def test_cpu_passes_name_the_setting_that_fails(tmp_path):
     """The real scripts/run_tests.sh, copied with a set-up that installs nothing (the venv is this one), on a test
     that fails only under the AVX2 pass's setting: the other passes pass, the run exits 1 naming the AVX2 pass, whose
@@ -64,5 +64,14 @@ def test_cpu_passes_name_the_setting_that_fails(tmp_path):
     assert re.search(r"^\[tests\] pass avx2-1-thread: .*ATEN_CPU_CAPABILITY=avx2 .*\(ATen kernels: AVX2\)$", out, re.M)
     assert re.search(r"^\[tests\] pass native passed in ", out, re.M), out
     assert re.search(r"^\[tests\] pass avx512-no-amx passed in ", out, re.M), out
+    # ATen would run AVX-512 kernels on a processor without them (illegal instruction): the pass leaves it out there
+    if _has_flag("avx512f"):
+        assert re.search(r"^\[tests\] pass avx512-no-amx: .*ATEN_CPU_CAPABILITY=avx512 \(ATen kernels: AVX512\)$",
+                         out, re.M), out
+    else:
+        assert "[tests] pass avx512-no-amx: this processor has no AVX-512 (ATen's best: avx2); " \
+               "ATEN_CPU_CAPABILITY=avx512 left out" in out, out
+        assert re.search(r"^\[tests\] pass avx512-no-amx: MKL_ENABLE_INSTRUCTIONS=SSE4_2 "
+                         r"ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI \(ATen kernels: AVX2\)$", out, re.M), out
     assert out.strip().splitlines()[-1] == ("[tests] FAILED under avx2-1-thread: MKL_ENABLE_INSTRUCTIONS=AVX2 "
                                             "ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1")

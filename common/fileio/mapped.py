@@ -1,7 +1,7 @@
 """Which file a memory-mapped CPU tensor's bytes come from, so they can be read again later instead of held.
 
-``torch.load(mmap=True)`` and safetensors' reader map the whole file privately (``MAP_PRIVATE``) and give each
-tensor a slice of that mapping: nothing is read until a page is touched. A sharded start
+torch's loader with ``mmap=True`` and safetensors' reader map the whole file privately (``MAP_PRIVATE``) and
+give each tensor a slice of that mapping: nothing is read until a page is touched. A sharded start
 (:mod:`common.parallel.meta_init`) keeps, for each pretrained tensor its build copies into the model, only a
 :class:`FileRegion` (file, byte offset, layout) and reads the bytes when the tensor's shard group is filled.
 

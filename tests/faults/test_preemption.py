@@ -3,16 +3,14 @@ ranks, or during validation: the run saves the position where every rank stopped
 PREEMPTED_EXIT_CODE, and TRAIN.AUTO_RESUME then ends bit for bit where an uninterrupted run ends.
 A second signal exits at once, without a checkpoint.
 """
-import multiprocessing
 import os
 import signal
 import subprocess
-import time
+import sys
 
 import pytest
-import torch
 
-from common.runtime.preemption import PREEMPTED_EXIT_CODE, worker_ignore_stop_signals
+from common.runtime.preemption import PREEMPTED_EXIT_CODE
 from tests.conftest import ROOT
 from tests.faults import harness, tiny_task
 
@@ -102,22 +100,34 @@ def test_slurm_launcher_requeues_a_preempted_job(tiny_cfg, tmp_path):
     assert harness.checkpoint_names(tmp_path / "w") == ["tiny-0000-b0000004.model"]
 
 
+# Run in a process of its own: the DataLoader's SIGCHLD handler of a pytest worker also checks the workers of
+# loaders that earlier test files left registered there, and a dead one of those fails this test.
+WORKERS_OUTLIVE_SIGNALS = """
+import multiprocessing, os, signal, subprocess, sys, time
+import torch
+from common.runtime.preemption import worker_ignore_stop_signals
+loader = torch.utils.data.DataLoader(list(range(8)), num_workers=2, persistent_workers=True,
+                                     worker_init_fn=worker_ignore_stop_signals)
+it = iter(loader)
+# two items: batches go round-robin, so the second comes from worker 1, which has then run its init fn (a
+# signal before that would find PyTorch's own handlers, as at any worker's start)
+seen = [int(next(it)), int(next(it))]
+workers = multiprocessing.active_children()
+assert len(workers) == 2, workers
+for sig in ("TERM", "USR1"):  # kill(1): another process, as SLURM's step daemon
+    subprocess.run(["kill", "-s", sig] + [str(w.pid) for w in workers], check=True)
+time.sleep(0.5)
+seen += [int(x) for x in it]
+assert seen == list(range(8)) and all(w.is_alive() for w in workers), seen
+os.kill(workers[0].pid, signal.SIGTERM)  # from the parent (multiprocessing's terminate at exit): gone
+workers[0].join(10)
+assert workers[0].exitcode == 0, workers[0].exitcode
+print("workers served", seen)
+"""
+
+
 def test_dataloader_workers_outlive_a_stop_signal_from_anyone_but_their_parent():
     # SLURM signals every process of the step: the workers must keep serving their rank
-    loader = torch.utils.data.DataLoader(list(range(8)), num_workers=2, persistent_workers=True,
-                                         worker_init_fn=worker_ignore_stop_signals)
-    it = iter(loader)
-    # two items: batches go round-robin, so the second comes from worker 1, which has then run its init fn (a
-    # signal before that would find PyTorch's own handlers, as at any worker's start)
-    seen = [int(next(it)), int(next(it))]
-    workers = multiprocessing.active_children()
-    assert len(workers) == 2
-    for sig in ("TERM", "USR1"):  # kill(1): another process, as SLURM's step daemon
-        subprocess.run(["kill", "-s", sig] + [str(w.pid) for w in workers], check=True)
-    time.sleep(0.5)
-    seen += [int(x) for x in it]
-    assert seen == list(range(8)) and all(w.is_alive() for w in workers)
-    os.kill(workers[0].pid, signal.SIGTERM)  # from the parent (multiprocessing's terminate at exit): gone
-    workers[0].join(10)
-    assert workers[0].exitcode == 0
-    del it, loader
+    proc = subprocess.run([sys.executable, "-c", WORKERS_OUTLIVE_SIGNALS], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0 and "workers served [0, 1, 2, 3, 4, 5, 6, 7]" in proc.stdout, proc.stderr[-3000:]
