@@ -189,7 +189,8 @@ def memory_worker(rank, args, rendezvous, strategy, world_size, folder, resume):
                 return model, model, build_optimizer(cfg, model, world_size)
             model = net = build_model(task, cfg, torch.device("cpu"))
             if world_size > 1:
-                net = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=task.find_unused_parameters)
+                net = torch.nn.parallel.DistributedDataParallel(model,
+                                                                find_unused_parameters=task.find_unused_parameters)
             return model, net, build_optimizer(cfg, model, world_size)
         model, net, optimizer = peaks.measure("start", start)
         checkpointer = Checkpointer(model, optimizer, os.path.join(folder, "{}-{}".format(strategy, world_size)),

@@ -43,7 +43,8 @@ def _has_flag(flag):
         return False
 
 
-@pytest.mark.skipif(not _has_flag("avx2"), reason="the AVX2 pass takes other kernels only on an x86 processor with AVX2")
+@pytest.mark.skipif(not _has_flag("avx2"),
+                    reason="the AVX2 pass takes other kernels only on an x86 processor with AVX2")
 def test_cpu_passes_name_the_setting_that_fails(tmp_path):
     """The real scripts/run_tests.sh, copied with a set-up that installs nothing (the venv is this one), on a test
     that fails only under the AVX2 pass's setting: the other passes pass, the run exits 1 naming the AVX2 pass, whose
