@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from unittest import mock
 
 import torch
 import torch.nn as nn
@@ -280,6 +281,7 @@ def estimate(task, cfg, world_size, strategy):
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from common.modeling.module import held_random_init_warnings
     from common.parallel.fsdp import shard_model
+    from common.runtime import distributed as cdist
 
     fsdp = strategy == "fsdp"
     if fsdp:
@@ -313,7 +315,10 @@ def estimate(task, cfg, world_size, strategy):
                 yield
                 live.append(_tracker_total(tracker, cpu) - start)
                 gathered.append(_tracker_total(tracker, cpu, "Unsharded Param"))
-            with ShadowValues(fake_mode, dict(zip(batch, real_batch))), tracker:
+            # an object collective (the ViT image encoder's union of the ranks' image sizes) cannot run on fake
+            # tensors; in the fake group every rank holds this rank's batch, so it gathers this rank's object
+            gather = mock.patch.object(cdist, "all_gather", lambda obj: [obj] * world_size)
+            with ShadowValues(fake_mode, dict(zip(batch, real_batch))), tracker, gather:
                 for i in range(STEPS):
                     if i:
                         tracker.reset_mod_stats()

@@ -111,3 +111,16 @@ def test_a_task_without_a_synthetic_batch_is_one_error_line(tmp_path):
     assert done.stderr.strip().splitlines()[-1] == (
         "error: --cfg cfgs/vqa/demo_cpu.yaml: task 'vqa' has no synthetic batch here (tasks: cls, vcr; --task names "
         "one)")
+
+
+@pytest.mark.slow
+def test_vlbert_with_the_vit_image_encoder_under_fsdp_matches_the_measured_step(tmp_path):
+    """The VCR demo with a tiny ViT image encoder, sharded per block on 2 ranks: its forward gathers the ranks'
+    image sizes (an object collective), which the fake process group of the trace answers with this rank's."""
+    from tests.test_vit_end2end import vit_opts
+
+    cfg = "cfgs/vcr/demo_q2a_cpu.yaml"
+    runs = run_tool(tmp_path, "--cfg", cfg, "--world-size", "2", "--strategy", "fsdp", "--measure", "--opts",
+                    "TRAIN.BATCH_IMAGES", "1", *[str(o) for o in vit_opts("vcr", os.path.join(ROOT, cfg))])["runs"]
+    for run in runs:
+        check_against_measured(run)
