@@ -164,10 +164,9 @@ def memory_worker(rank, args, rendezvous, strategy, world_size, folder, resume):
     """One rank of the memory bench: the phases of a first run, or (``resume``) start and resume; writes its
     figures to ``folder/<run>-<rank>.json``."""
     from bench.memory_estimate import synthetic_batch, train_step
-    from common.engine import build_loader, build_model, run_validation
+    from common.engine import build_loader, build_model, record_sharded_build, run_validation
     from common.optim import build_optimizer
-    from common.parallel.meta_init import fill, record_build
-    from common.runtime.distributed import broadcast_object
+    from common.parallel.meta_init import fill
 
     import warnings
     from common.modeling.module import RandomInitWarning
@@ -183,7 +182,7 @@ def memory_worker(rank, args, rendezvous, strategy, world_size, folder, resume):
 
         def start():
             if strategy == "fsdp":  # as the engine starts a sharded run: built on the meta device, filled by groups
-                recording = record_build(lambda: build_model(task, cfg), broadcast_object(torch.get_rng_state()))
+                recording = record_sharded_build(task, cfg)
                 shard_model(recording.model)
                 model = fill(recording, torch.device("cpu"))
                 return model, model, build_optimizer(cfg, model, world_size)

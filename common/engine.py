@@ -98,6 +98,13 @@ def build_model(task, cfg, device=None):
     return model if device is None else model.to(device)
 
 
+def record_sharded_build(task, cfg):
+    """:func:`build_model` recorded on the meta device (:func:`common.parallel.meta_init.record_build`) for a
+    sharded start, drawing rank 0's initial weights (as DDP gives every rank rank 0's); ``shard_model`` its
+    ``.model``, then :func:`common.parallel.meta_init.fill` it. A collective: every rank calls it."""
+    return record_build(lambda: build_model(task, cfg), cdist.broadcast_object(torch.get_rng_state()))
+
+
 def build_loader(task, cfg, mode, world_size=1, rank=0):
     """DataLoader of ``mode`` over the task's dataset (see :func:`common.data.build.make_dataloader`); with a
     ``DATASET`` list, a :class:`common.data.multitask.MultiTaskDataLoader` (training) or
@@ -181,7 +188,7 @@ def train_net(args, cfg, task):
     sharded = cfg.TRAIN.STRATEGY == "fsdp" and torch.distributed.is_initialized()
     with held_random_init_warnings() as random_parts:  # issued unless a checkpoint is resumed below
         if sharded:  # built on the meta device, filled once sharded (rank 0's draws, as DDP gives every rank)
-            recording = record_build(lambda: build_model(task, cfg), cdist.broadcast_object(torch.get_rng_state()))
+            recording = record_sharded_build(task, cfg)
             model = recording.model
         else:
             model = build_model(task, cfg, device)
